@@ -1,0 +1,43 @@
+"""`assistant calibrate`: find a model's induction heads and hidden-state layer on held-out prompts."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(commands) -> None:
+    from .cli import add_model_options
+
+    parser = commands.add_parser("calibrate", help="find induction heads and the PLD+(h) layer for a model")
+    parser.add_argument("--records", type=int, default=12, help="calibration records per edit task")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    add_model_options(parser, strategy=False)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from . import calibration, data
+    from .engine import Assistant, RewriteError
+    from .models import ModelError
+
+    try:
+        assistant = Assistant(args.model, strategy="pld", dtype=args.dtype, device=args.device)
+    except ModelError as error:
+        print(f"assistant calibrate: {error}", file=sys.stderr)
+        return 2
+    prompts, outputs = [], []
+    records = [r for task in data.EDIT_TASKS for r in data.load(task, "calibration")[:args.records]]
+    for number, record in enumerate(records, 1):
+        try:
+            prompt = assistant.prompt(record.document, record.instruction)
+            result = assistant.rewrite_text(record.document, record.instruction, max_new_tokens=args.max_new_tokens)
+        except RewriteError as error:  # too long for this model's context
+            print(f"skipping {record.id}: {error}", file=sys.stderr)
+            continue
+        prompts.append(prompt.ids)
+        outputs.append(assistant.loaded.tokenizer(result.text, add_special_tokens=False)["input_ids"])
+        print(f"[{number}/{len(records)}] {record.id}: {result.stats.new_tokens} tokens", file=sys.stderr)
+    settings = calibration.calibrate(assistant.loaded, prompts, outputs)
+    path = calibration.save(assistant.loaded, settings)
+    print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; saved to {path}")
+    return 0

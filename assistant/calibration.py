@@ -1,0 +1,116 @@
+"""Tuned settings per model, and the `calibrate` command that finds induction heads (PLD+ §4.2.1).
+
+Calibration decodes held-out rewrite prompts (the `calibration` split of the benchmark data,
+never evaluated on), then replays each output once, teacher-forced. At every output position
+whose token occurs earlier, the best candidates are those whose continuation matches the real
+output longest. A head scores a hit when its attention from the previous position picks one of
+them; heads are ranked by hit rate. The hidden-state layer for PLD+(h) is chosen the same way,
+by how often cosine similarity at that layer picks a best candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from . import models
+from .drafters import head_attention
+
+SHIPPED = Path(__file__).parent / "tuned"
+
+
+@dataclass
+class Tuned:
+    draft_tokens: int = 10
+    hidden_layer: int = 0  # 0: the middle layer of the model
+    head_count: int = 4
+    heads: list[tuple[int, int]] = field(default_factory=list)  # (layer, head), best first
+
+
+def tuned_path(loaded: models.LoadedModel) -> Path:
+    key = f"{loaded.name}-{loaded.sha256[:16]}" if loaded.sha256 else loaded.name.replace("/", "--")
+    shipped = SHIPPED / f"{key}.json"
+    return shipped if shipped.is_file() else models.cache_root() / "tuned" / f"{key}.json"
+
+
+def tuned(loaded: models.LoadedModel) -> Tuned:
+    path = tuned_path(loaded)
+    settings = Tuned(**json.loads(path.read_text())) if path.is_file() else Tuned()
+    settings.heads = [tuple(h) for h in settings.heads]
+    settings.hidden_layer = settings.hidden_layer or loaded.model.config.num_hidden_layers // 2
+    return settings
+
+
+def save(loaded: models.LoadedModel, settings: Tuned, path: Path | None = None) -> Path:
+    path = path or tuned_path(loaded)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+        json.dump(asdict(settings), f, indent=1)
+    os.replace(f.name, path)
+    return path
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    size = min(len(a), len(b))
+    differ = np.flatnonzero(a[:size] != b[:size])
+    return int(differ[0]) if len(differ) else size
+
+
+def best_candidate_sets(tokens: np.ndarray, start: int):
+    """For each position p >= start with earlier copies of tokens[p], yield (p, candidates, best mask)."""
+    for p in range(max(start, 2), len(tokens) - 1):
+        candidates = np.flatnonzero(tokens[:p] == tokens[p])
+        candidates = candidates[candidates >= 1]
+        if len(candidates) < 2:
+            continue
+        matched = np.array([common_prefix(tokens[c + 1:], tokens[p + 1:]) for c in candidates])
+        if matched.max() == 0 or matched.min() == matched.max():
+            continue  # nothing to copy, or every choice is as good
+        yield p, candidates, matched == matched.max()
+
+
+def score_sequence(model, tokens: list[int], start: int, hits: np.ndarray, layer_hits: np.ndarray) -> int:
+    """Add one teacher-forced sequence's hits per (layer, head) and per hidden layer; return positions scored."""
+    config = model.config
+    cache = DynamicCache(config=config)
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([tokens], device=model.device), past_key_values=cache, use_cache=True,
+                    output_hidden_states=True, logits_to_keep=1)
+        array = np.asarray(tokens)
+        cases = list(best_candidate_sets(array, start))
+        if not cases:
+            return 0
+        queries = torch.tensor([p - 1 for p, _, _ in cases], device=model.device)
+        all_heads = list(range(config.num_attention_heads))
+        for layer in range(config.num_hidden_layers):
+            attention = head_attention(model, cache, {layer: all_heads},
+                                       {layer: out.hidden_states[layer][0, queries]}, queries)
+            hidden = torch.nn.functional.normalize(out.hidden_states[layer][0].float(), dim=-1)
+            for row, (p, candidates, best) in enumerate(cases):
+                picks = attention[:, row, candidates].argmax(-1).cpu().numpy()
+                hits[layer] += best[picks]
+                similarity = hidden[candidates - 1] @ hidden[p - 1]
+                layer_hits[layer] += best[int(similarity.argmax())]
+    return len(cases)
+
+
+def calibrate(loaded: models.LoadedModel, prompts: list[list[int]], outputs: list[list[int]]) -> Tuned:
+    config = loaded.model.config
+    hits = np.zeros((config.num_hidden_layers, config.num_attention_heads))
+    layer_hits = np.zeros(config.num_hidden_layers)
+    cases = sum(score_sequence(loaded.model, p + o, len(p), hits, layer_hits) for p, o in zip(prompts, outputs))
+    if cases == 0:
+        raise RuntimeError("the calibration outputs never repeat earlier tokens; nothing to calibrate on")
+    order = np.argsort(-hits, axis=None, kind="stable")
+    heads = [tuple(int(v) for v in np.unravel_index(i, hits.shape)) for i in order]
+    settings = tuned(loaded)
+    settings.heads = heads
+    settings.hidden_layer = int(np.argmax(layer_hits[1:]) + 1)
+    return settings

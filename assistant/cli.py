@@ -1,0 +1,42 @@
+"""The `assistant` command: one subcommand per job.
+
+The engine's own subcommands (rewrite, calibrate, bench) live in this package; the front doors
+that are not part of the engine (`lsp`, `web`) plug in through the `assistant.commands` entry
+point group, so the engine never imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+
+from . import models
+from .engine import DEFAULT_STRATEGY, STRATEGIES
+
+
+def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) -> None:
+    """The options every command that loads a model shares."""
+    parser.add_argument("--model", default=models.DEFAULT_MODEL,
+                        help=f"embedded name ({', '.join(models.EMBEDDED)}), model folder, .gguf file or hub id")
+    parser.add_argument("--dtype", default="auto", help="auto (bfloat16 where fast), float32 or bfloat16")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    if strategy:
+        parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import bench, calibrate_cli, rewrite_cli
+
+    parser = argparse.ArgumentParser(prog="assistant", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in (rewrite_cli.register, calibrate_cli.register, bench.register):
+        register(commands)
+    for plugin in entry_points(group="assistant.commands"):
+        plugin.load()(commands)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The benchmark records shipped in `benchdata/` (see its SOURCES.md), split once and for all into
+`calibration` records (used to tune settings and find induction heads) and `eval` records
+(used to measure), so that nothing is tuned on what it is measured on."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FOLDER = Path(__file__).parent / "benchdata"
+EDIT_TASKS = {"code-edit": "code_edit.jsonl", "text-edit": "text_edit.jsonl"}
+SPEC_BENCH_TASKS = {"summarization": "summarization", "rag": "rag", "translation": "translation", "qa": "qa"}
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+TASKS = tuple(EDIT_TASKS) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
+
+
+class DataError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Record:
+    id: str
+    task: str
+    document: str  # the text to rewrite, or the question of a chat task
+    instruction: str = ""  # empty for chat tasks
+    earlier_turns: tuple[str, ...] = field(default=())  # MT-Bench: turns the model answers first
+
+    @property
+    def is_edit(self) -> bool:
+        return bool(self.instruction)
+
+
+def split_of(record_id: str) -> str:
+    return "calibration" if zlib.crc32(record_id.encode()) % 5 == 0 else "eval"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}:{number}: not JSON: {error.msg}") from error
+    return rows
+
+
+def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
+    if task not in TASKS:
+        raise DataError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+    try:
+        if task in EDIT_TASKS:
+            records = [Record(r["id"], task, r["input"], r["instruction"]) for r in read_jsonl(folder / EDIT_TASKS[task])]
+        else:
+            rows = read_jsonl(folder / "spec_bench_question.jsonl")
+            categories = MT_BENCH if task == "mt-bench" else (SPEC_BENCH_TASKS[task],)
+            records = [Record(str(r["question_id"]), task, r["turns"][-1] if task == "mt-bench" else r["turns"][0],
+                              "", tuple(r["turns"][:-1]) if task == "mt-bench" else ())
+                       for r in rows if r["category"] in categories]
+    except (KeyError, IndexError, TypeError) as error:
+        raise DataError(f"benchmark data for {task!r} lacks a field: {error}") from error
+    return [r for r in records if split_of(r.id) == split]

@@ -1,0 +1,130 @@
+"""The decode loop: draft, verify the draft in one forward pass, keep exactly what plain decoding keeps.
+
+Invariant between steps: the context holds n tokens, the KV cache and the stored hidden states
+cover positions 0..n-2, and x[n-1] is the token chosen last, not yet fed. A step feeds
+[x[n-1], d_1..d_k], accepts the longest prefix of the draft that the model agrees with plus one
+token of its own, and crops the cache back to what was accepted. Greedy verification is
+token-identical to plain decoding; sampled verification accepts d_i with the model's
+probability p(d_i) and otherwise samples from p with d_i removed, which keeps the model's
+distribution exactly (the draft is a point mass).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from transformers import DynamicCache
+
+from .drafters import Context
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0  # 0 means no top-k filter
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass
+class Step:
+    tokens: list[int]  # accepted tokens, EOS excluded
+    sources: list[int | None]  # context position each token was copied from
+    drafted: int
+    accepted: int  # drafted tokens the model accepted
+    seconds: float
+    finished: str | None = None  # "eos" or "length" when this step ends generation
+
+
+def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids], device=model.device), past_key_values=cache, use_cache=True,
+                     output_hidden_states=hidden, logits_to_keep=logits_to_keep)
+
+
+def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Rows of the sampling distribution after temperature, top-k and top-p."""
+    logits = logits.float() / sampling.temperature
+    if sampling.top_k > 0:
+        kth = torch.topk(logits, min(sampling.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= sampling.top_p  # keep the smallest set reaching top_p
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def verify_greedy(logits: torch.Tensor, draft: list[int]) -> tuple[int, int]:
+    """(accepted draft tokens, next token) under greedy decoding; logits are [k+1, vocab]."""
+    predicted = logits.argmax(-1).tolist()
+    accepted = 0
+    while accepted < len(draft) and draft[accepted] == predicted[accepted]:
+        accepted += 1
+    return accepted, predicted[accepted]
+
+
+def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,
+                   generator: torch.Generator) -> tuple[int, int]:
+    probs = probabilities(logits, sampling).cpu()
+    for i, token in enumerate(draft):
+        if torch.rand((), generator=generator) < probs[i, token]:
+            continue
+        rest = probs[i].clone()
+        rest[token] = 0.0
+        return i, int(torch.multinomial(rest / rest.sum(), 1, generator=generator))
+    return len(draft), int(torch.multinomial(probs[len(draft)], 1, generator=generator))
+
+
+def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int,
+           sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
+           cancel: threading.Event | None = None) -> Iterator[Step]:
+    """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set."""
+    config = model.config.get_text_config()
+    cache = DynamicCache(config=config)
+    context = Context.start(prompt, len(prompt) + max_new_tokens + draft_tokens + 1, drafter.layers,
+                            config.hidden_size, model.dtype, model.device, cache)
+    sources: list[int | None] = [None] * len(prompt)
+    generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
+    if len(prompt) > 1:
+        out = forward(model, prompt[:-1], cache, bool(drafter.layers), 1)
+        context.store_hidden(out.hidden_states or (), 0, len(prompt) - 1)
+    produced = 0
+    while produced < max_new_tokens and not (cancel and cancel.is_set()):
+        started = time.perf_counter()
+        n = context.n
+        draft, origin = drafter.propose(context, min(draft_tokens, max_new_tokens - produced - 1))
+        out = forward(model, [int(context.tokens[n - 1])] + draft, cache, bool(drafter.layers), len(draft) + 1)
+        logits = out.logits[0]
+        if sampling.temperature > 0:
+            accepted, bonus = verify_sampled(logits, draft, sampling, generator)
+        else:
+            accepted, bonus = verify_greedy(logits, draft)
+        tokens = draft[:accepted] + [bonus]
+        step_sources = [origin + 1 + i for i in range(accepted)]
+        # The model's own token still counts as copied when it is what follows the last copy.
+        last = step_sources[-1] if step_sources else sources[-1]
+        after_last = None if last is None else int(context.tokens[last + 1]) if last + 1 < n else draft[last + 1 - n]
+        step_sources.append(last + 1 if after_last == bonus else None)
+        finished = None
+        if eos.intersection(tokens):
+            cut = next(i for i, t in enumerate(tokens) if t in eos)
+            tokens, step_sources, finished = tokens[:cut], step_sources[:cut], "eos"
+        if produced + len(tokens) >= max_new_tokens:
+            tokens, step_sources = tokens[:max_new_tokens - produced], step_sources[:max_new_tokens - produced]
+            finished = finished or "length"
+        if finished is None:
+            cache.crop(accepted - len(draft))  # negative: how many rejected positions to drop
+            context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
+        context.append(tokens)
+        sources += step_sources
+        produced += len(tokens)
+        yield Step(tokens, step_sources, len(draft), accepted, time.perf_counter() - started, finished)
+        if finished:
+            return

