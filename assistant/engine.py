@@ -213,8 +213,9 @@ class Assistant:
                 steps, produced = steps + 1, produced + len(step.tokens)
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted
                 first_token = first_token or time.perf_counter() - started
-                spans = [None if s is None else positions[s] for s in step.sources]
-                positions += spans
+                for source in step.sources:  # a source may be a token accepted earlier in this same step
+                    positions.append(None if source is None else positions[source])
+                spans = positions[len(positions) - len(step.sources):]
                 text, tokens = output.add(step.tokens, spans)
                 shown += tokens
                 yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds)
