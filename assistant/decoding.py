@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from .drafters import Context
+from .prefix_cache import PrefixCache, restore
 
 
 @dataclass(frozen=True)
@@ -84,17 +85,30 @@ def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,
 
 def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int,
            sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
-           cancel: threading.Event | None = None) -> Iterator[Step]:
-    """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set."""
+           cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
+    """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
+
+    With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
+    (never all of it: the last prefilled position is recomputed so there is something to feed).
+    """
     config = model.config.get_text_config()
     cache = DynamicCache(config=config)
     context = Context.start(prompt, len(prompt) + max_new_tokens + draft_tokens + 1, drafter.layers,
                             config.hidden_size, model.dtype, model.device, cache)
     sources: list[int | None] = [None] * len(prompt)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
-    if len(prompt) > 1:
-        out = forward(model, prompt[:-1], cache, bool(drafter.layers), 1)
-        context.store_hidden(out.hidden_states or (), 0, len(prompt) - 1)
+    prefill = prompt[:-1]
+    reused = 0
+    if prefixes is not None:
+        snapshot, reused = prefixes.lookup(prefill, drafter.layers)
+        reused = max(0, min(reused, len(prefill) - 1))
+        if reused > 0:
+            restore(snapshot, reused, cache, context.hidden)
+    if len(prefill) > reused:
+        out = forward(model, prefill[reused:], cache, bool(drafter.layers), 1)
+        context.store_hidden(out.hidden_states or (), reused, len(prefill) - reused)
+        if prefixes is not None:
+            prefixes.store(prefill, cache, context.hidden)
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         started = time.perf_counter()

@@ -47,6 +47,7 @@ class Context:
             self.n += 1
 
     def store_hidden(self, hidden_states: tuple[torch.Tensor, ...], start: int, count: int) -> None:
+        """Keep the first `count` rows of a forward pass's hidden states as positions start.."""
         for layer, buffer in self.hidden.items():
             buffer[start:start + count] = hidden_states[layer][0, :count]
 

@@ -11,6 +11,7 @@ see their place in the queue as `Queued` events.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -22,10 +23,12 @@ from . import calibration, models
 from .decoding import Sampling, decode
 from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
 from .output import OutputText, Span, merge_spans
+from .prefix_cache import PrefixCache
 from .prompts import Prompt, Segment, build_prompt, edit_segments
 
 STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
+PREFIX_CACHE_MB = int(os.environ.get("ASSISTANT_PREFIX_CACHE_MB", "512"))  # 0 turns prefix reuse off
 
 
 class RewriteError(ValueError):
@@ -124,10 +127,11 @@ class TurnQueue:
 
 class Assistant:
     def __init__(self, model: str = models.DEFAULT_MODEL, *, strategy: str = DEFAULT_STRATEGY,
-                 dtype: str = "auto", device: str = "auto"):
+                 dtype: str = "auto", device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
         self.strategy = check_strategy(strategy)
         self.loaded = models.load(model, dtype, device)
         self.tuned = calibration.tuned(self.loaded)
+        self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self._queue = TurnQueue()
 
     @property
@@ -208,7 +212,8 @@ class Assistant:
         steps = produced = drafted = accepted = 0
         stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
-                            draft_tokens=draft_tokens, sampling=sampling, eos=self.eos, cancel=cancel)) as steps_iter:
+                            draft_tokens=draft_tokens, sampling=sampling, eos=self.eos, cancel=cancel,
+                            prefixes=self.prefixes)) as steps_iter:
             for step in steps_iter:
                 steps, produced = steps + 1, produced + len(step.tokens)
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted

@@ -1,0 +1,75 @@
+"""Reuse of recent prompts' KV caches and hidden-state rows across requests.
+
+Editors ask again and again about the same buffer, so the prompt of the next request usually
+shares a long token prefix with a recent one. The stored keys, values and drafter hidden rows
+of that prefix are copied into the new request's cache and only the rest of the prompt is
+prefilled. Entries are evicted least recently used first, past a memory bound.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Snapshot:
+    ids: np.ndarray  # the positions it covers: prompt[:-1]
+    keys: list[torch.Tensor]  # per layer [1, kv_heads, len(ids), head_dim]
+    values: list[torch.Tensor]
+    hidden: dict[int, torch.Tensor]  # drafter layer -> [len(ids), width]
+
+    @property
+    def bytes(self) -> int:
+        tensors = self.keys + self.values + list(self.hidden.values())
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    size = min(len(a), len(b))
+    differ = np.flatnonzero(a[:size] != b[:size])
+    return int(differ[0]) if len(differ) else size
+
+
+class PrefixCache:
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[int, Snapshot] = OrderedDict()
+
+    def lookup(self, ids: list[int], layers: tuple[int, ...]) -> tuple[Snapshot | None, int]:
+        """The entry sharing the longest prefix with `ids` that holds the hidden rows of `layers`."""
+        wanted = np.asarray(ids)
+        best, length = None, 0
+        for key, snapshot in self.entries.items():
+            if set(layers) <= set(snapshot.hidden):
+                shared = common_prefix(snapshot.ids, wanted)
+                if shared > length:
+                    best, length = key, shared
+        if best is None:
+            return None, 0
+        self.entries.move_to_end(best)
+        return self.entries[best], length
+
+    def store(self, ids: list[int], cache, hidden: dict[int, torch.Tensor]) -> None:
+        size = len(ids)
+        # Keys and values are cloned: the decode loop's cache grows and is cropped after this.
+        snapshot = Snapshot(np.asarray(ids), [layer.keys[:, :, :size].clone() for layer in cache.layers],
+                            [layer.values[:, :, :size].clone() for layer in cache.layers],
+                            {layer: rows[:size].clone() for layer, rows in hidden.items()})
+        if snapshot.bytes > self.max_bytes:
+            return
+        self.entries.pop(hash(snapshot.ids.tobytes()), None)
+        self.entries[hash(snapshot.ids.tobytes())] = snapshot
+        while sum(s.bytes for s in self.entries.values()) > self.max_bytes:
+            self.entries.popitem(last=False)
+
+
+def restore(snapshot: Snapshot, length: int, cache, hidden: dict[int, torch.Tensor]) -> None:
+    """Fill an empty cache and the hidden-row buffers with the first `length` positions of `snapshot`."""
+    for index, (keys, values) in enumerate(zip(snapshot.keys, snapshot.values)):
+        cache.update(keys[:, :, :length], values[:, :, :length], index)
+    for layer, rows in hidden.items():
+        rows[:length] = snapshot.hidden[layer][:length]
