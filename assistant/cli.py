@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     for register in (rewrite_cli.register, calibrate_cli.register, bench.register):
         register(commands)
     for plugin in entry_points(group="assistant.commands"):
-        plugin.load()(commands)
+        try:
+            plugin.load()(commands)
+        except ImportError as error:  # a front door whose dependencies are missing; the rest still works
+            print(f"assistant: the {plugin.name!r} command is unavailable: {error}", file=sys.stderr)
     args = parser.parse_args(argv)
     return args.run(args)
 
