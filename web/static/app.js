@@ -1,0 +1,380 @@
+// The playground page: streams a rewrite over /ws/rewrite and shows where each output piece came from.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const els = {
+  doc: $("document"), sourceView: $("source-view"), editDoc: $("edit-doc"), sample: $("sample"),
+  instruction: $("instruction"), preset: $("preset"), strategy: $("strategy"), temperature: $("temperature"),
+  maxTokens: $("max-tokens"), compare: $("compare"), run: $("run"), stop: $("stop"), status: $("status"),
+  output: $("output"), diff: $("diff"), chart: $("chart"), compareResult: $("compare-result"),
+  modelStatus: $("model-status"), modelText: $("model-text"),
+};
+
+let samples = [];
+let socket = null;
+let running = false;
+let plan = [];          // strategies still to run (compare mode runs "ar" first)
+let compareRuns = [];   // [{strategy, stats}]
+let run = null;         // the run being shown: {document, text, tokens, steps}
+
+// ------------------------------------------------------------------ model status and samples
+
+async function pollHealth() {
+  try {
+    const health = await (await fetch("/healthz")).json();
+    if (!els.strategy.options.length) {
+      for (const s of health.strategies) els.strategy.add(new Option(s, s));
+    }
+    if (health.model_loaded) {
+      els.modelStatus.className = "model-status ready";
+      els.modelText.textContent = `${health.model} ready`;
+      if (health.default_strategy && !els.strategy.dataset.touched) els.strategy.value = health.default_strategy;
+      if (!running) setStatus("Ready. Pick a sample or paste a document, then Run.");
+      els.run.disabled = running;
+      return;
+    }
+    if (health.error) {
+      els.modelStatus.className = "model-status failed";
+      els.modelText.textContent = "model failed to load";
+      setStatus(health.error, true);
+      return;
+    }
+  } catch (e) { /* the server is starting */ }
+  setTimeout(pollHealth, 1000);
+}
+
+async function loadSamples() {
+  samples = await (await fetch("/api/samples")).json();
+  samples.forEach((s, i) => els.sample.add(new Option(`${s.id} (${s.task}, ${s.document.length} chars)`, i)));
+  if (samples.length) pickSample(0);
+}
+
+function pickSample(i) {
+  const s = samples[i];
+  els.sample.value = String(i);
+  els.doc.value = s.document;
+  els.instruction.value = s.instruction;
+  showEditor();
+}
+
+// ------------------------------------------------------------------ running
+
+function setStatus(text, error = false) {
+  els.status.textContent = text;
+  els.status.classList.toggle("error", error);
+}
+
+function connect() {
+  return new Promise((resolve, reject) => {
+    if (socket && socket.readyState === WebSocket.OPEN) return resolve(socket);
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}/ws/rewrite`);
+    socket.onopen = () => resolve(socket);
+    socket.onerror = () => reject(new Error("cannot connect to the server"));
+    socket.onclose = () => { if (running) finish("The connection closed.", true); socket = null; };
+    socket.onmessage = (event) => onMessage(JSON.parse(event.data));
+  });
+}
+
+async function start() {
+  const document_ = els.doc.value, instruction = els.instruction.value;
+  if (!document_.trim() || !instruction.trim()) return setStatus("Enter a document and an instruction.", true);
+  const chosen = els.strategy.value;
+  plan = els.compare.checked && chosen !== "ar" ? ["ar", chosen] : [chosen];
+  compareRuns = [];
+  els.compareResult.classList.add("hidden");
+  running = true;
+  els.run.disabled = true;
+  els.stop.disabled = false;
+  try {
+    await connect();
+  } catch (e) {
+    return finish(e.message, true);
+  }
+  next();
+}
+
+function next() {
+  const strategy = plan.shift();
+  const request = {
+    document: els.doc.value, instruction: els.instruction.value, strategy,
+    temperature: Number(els.temperature.value) || 0,
+  };
+  const max = parseInt(els.maxTokens.value, 10);
+  if (max > 0) request.max_new_tokens = max;
+  run = { document: request.document, strategy, text: "", tokens: [], steps: [], rendered: 0 };
+  els.output.textContent = "";
+  els.diff.textContent = "";
+  renderSourceView([]);
+  showSourceView();
+  resetFigures();
+  setStatus(`Running ${strategy}…`);
+  socket.send(JSON.stringify(request));
+}
+
+function stop() {
+  plan = [];
+  if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "cancel" }));
+  setStatus("Stopping…");
+}
+
+function finish(message, error = false) {
+  running = false;
+  plan = [];
+  els.run.disabled = false;
+  els.stop.disabled = true;
+  setStatus(message, error);
+}
+
+function onMessage(msg) {
+  if (msg.type === "queued") {
+    setStatus(`Queued: ${msg.ahead} request${msg.ahead === 1 ? "" : "s"} ahead of you…`);
+  } else if (msg.type === "delta") {
+    if (!run.steps.length) setStatus(`Running ${run.strategy}…`);
+    run.text += msg.text;
+    run.tokens.push(...msg.tokens);
+    appendTokens(msg.tokens);
+  } else if (msg.type === "step") {
+    run.steps.push(msg);
+    updateFigures();
+    drawChart();
+  } else if (msg.type === "done") {
+    onDone(msg);
+  } else if (msg.type === "error") {
+    finish(msg.message, true);
+  }
+}
+
+function onDone(msg) {
+  run.text = msg.text;
+  renderOutput(msg.text, msg.spans);
+  renderSourceView(msg.spans);
+  renderDiff(run.document, msg.text);
+  updateFigures(msg.stats);
+  drawChart();
+  const s = msg.stats;
+  const summary = `${msg.stopped === "cancelled" ? "Stopped" : "Done"} (${msg.strategy}, ${msg.stopped}): ` +
+    `${s.new_tokens} tokens in ${s.seconds.toFixed(2)} s, ${s.steps} steps.`;
+  compareRuns.push({ strategy: msg.strategy, stats: s });
+  if (plan.length && msg.stopped !== "cancelled") {
+    setStatus(summary + " Now the second run…");
+    return next();
+  }
+  if (compareRuns.length === 2) showCompare();
+  finish(summary);
+}
+
+function showCompare() {
+  const [a, b] = compareRuns;
+  const speedup = a.stats.tokens_per_second > 0 ? b.stats.tokens_per_second / a.stats.tokens_per_second : 0;
+  els.compareResult.innerHTML = "";
+  const line = (text) => { const d = document.createElement("div"); d.textContent = text; els.compareResult.append(d); };
+  line(`${a.strategy}: ${a.stats.tokens_per_second.toFixed(1)} tokens/s (${a.stats.seconds.toFixed(2)} s)`);
+  line(`${b.strategy}: ${b.stats.tokens_per_second.toFixed(1)} tokens/s (${b.stats.seconds.toFixed(2)} s, ` +
+       `${b.stats.mean_accepted.toFixed(2)} tokens/step)`);
+  const strong = document.createElement("strong");
+  strong.textContent = `Speed-up: ${speedup.toFixed(2)}×`;
+  els.compareResult.append(strong);
+  els.compareResult.classList.remove("hidden");
+}
+
+// ------------------------------------------------------------------ output and attribution
+
+function piece(text, source) {
+  const span = document.createElement("span");
+  span.textContent = text;
+  if (source) {
+    span.className = "copied";
+    span.dataset.sourceStart = source[0];
+    span.dataset.sourceEnd = source[1];
+  } else {
+    span.className = "gen";
+  }
+  return span;
+}
+
+function appendTokens(tokens) {
+  const sorted = tokens.slice().sort((x, y) => x.output[0] - y.output[0]);
+  for (const t of sorted) {
+    const [a, b] = t.output;
+    if (a < run.rendered) continue;
+    if (a > run.rendered) els.output.append(piece(run.text.slice(run.rendered, a), null));
+    els.output.append(piece(run.text.slice(a, b), t.source));
+    run.rendered = b;
+  }
+  els.output.scrollTop = els.output.scrollHeight;
+}
+
+function renderOutput(text, spans) {
+  els.output.textContent = "";
+  let at = 0;
+  const frag = document.createDocumentFragment();
+  for (const s of spans) {
+    const [a, b] = s.output;
+    if (a > at) frag.append(piece(text.slice(at, a), null));
+    frag.append(piece(text.slice(a, b), s.source));
+    at = b;
+  }
+  if (at < text.length) frag.append(piece(text.slice(at), null));
+  els.output.append(frag);
+}
+
+// The document, cut at every copied range's edges so a range can be lit up.
+function renderSourceView(spans) {
+  const doc = run ? run.document : els.doc.value;
+  const cuts = new Set([0, doc.length]);
+  for (const s of spans) if (s.source) { cuts.add(s.source[0]); cuts.add(s.source[1]); }
+  const edges = [...cuts].filter((x) => x >= 0 && x <= doc.length).sort((x, y) => x - y);
+  const covered = (a, b) => spans.some((s) => s.source && s.source[0] <= a && b <= s.source[1]);
+  const frag = document.createDocumentFragment();
+  for (let i = 0; i + 1 < edges.length; i++) {
+    const [a, b] = [edges[i], edges[i + 1]];
+    if (a === b) continue;
+    const span = document.createElement("span");
+    span.className = covered(a, b) ? "src copied" : "src";
+    span.dataset.start = a;
+    span.dataset.end = b;
+    span.textContent = doc.slice(a, b);
+    frag.append(span);
+  }
+  els.sourceView.textContent = "";
+  els.sourceView.append(frag);
+}
+
+function clearHighlights() {
+  document.querySelectorAll(".hl").forEach((e) => e.classList.remove("hl"));
+}
+
+function highlightSource(start, end) {
+  let first = null;
+  for (const e of els.sourceView.querySelectorAll(".src")) {
+    const a = Number(e.dataset.start), b = Number(e.dataset.end);
+    if (a < end && b > start) { e.classList.add("hl"); first = first || e; }
+  }
+  if (first) first.scrollIntoView({ block: "nearest" });
+}
+
+function highlightOutputsFrom(start, end) {
+  let first = null;
+  for (const e of els.output.querySelectorAll(".copied")) {
+    const a = Number(e.dataset.sourceStart), b = Number(e.dataset.sourceEnd);
+    if (a < end && b > start) { e.classList.add("hl"); first = first || e; }
+  }
+  if (first) first.scrollIntoView({ block: "nearest" });
+}
+
+els.output.addEventListener("mouseover", (event) => {
+  const span = event.target.closest(".copied");
+  clearHighlights();
+  if (!span) return;
+  span.classList.add("hl");
+  showSourceView();
+  highlightSource(Number(span.dataset.sourceStart), Number(span.dataset.sourceEnd));
+});
+els.output.addEventListener("mouseleave", clearHighlights);
+els.sourceView.addEventListener("mouseover", (event) => {
+  const span = event.target.closest(".src.copied");
+  clearHighlights();
+  if (!span) return;
+  span.classList.add("hl");
+  highlightOutputsFrom(Number(span.dataset.start), Number(span.dataset.end));
+});
+els.sourceView.addEventListener("mouseleave", clearHighlights);
+
+function showSourceView() {
+  if (!run) return;
+  els.sourceView.classList.remove("hidden");
+  els.editDoc.classList.remove("hidden");
+}
+
+function showEditor() {
+  els.sourceView.classList.add("hidden");
+  els.editDoc.classList.add("hidden");
+  els.doc.focus();
+}
+
+// ------------------------------------------------------------------ diff
+
+function renderDiff(before, after) {
+  const dmp = new diff_match_patch();
+  dmp.Diff_Timeout = 1;
+  const diffs = dmp.diff_main(before, after);
+  dmp.diff_cleanupSemantic(diffs);
+  const frag = document.createDocumentFragment();
+  for (const [op, text] of diffs) {
+    const node = document.createElement(op === DIFF_INSERT ? "ins" : op === DIFF_DELETE ? "del" : "span");
+    node.textContent = text;
+    frag.append(node);
+  }
+  els.diff.textContent = "";
+  els.diff.append(frag);
+}
+
+// ------------------------------------------------------------------ figures and chart
+
+function resetFigures() {
+  for (const id of ["fig-tps", "fig-accepted", "fig-copied", "fig-tokens"]) $(id).textContent = "–";
+  drawChart();
+}
+
+function updateFigures(stats) {
+  const steps = run.steps;
+  const tokens = stats ? stats.new_tokens : steps.reduce((n, s) => n + s.new_tokens, 0);
+  const seconds = steps.reduce((n, s) => n + s.seconds, 0);
+  const tps = stats ? stats.tokens_per_second : (seconds > 0 ? tokens / seconds : 0);
+  const perStep = stats ? stats.mean_accepted : (steps.length ? tokens / steps.length : 0);
+  const copied = run.tokens.filter((t) => t.source).length;
+  $("fig-tps").textContent = tps.toFixed(1);
+  $("fig-accepted").textContent = perStep.toFixed(2);
+  $("fig-copied").textContent = run.tokens.length ? `${Math.round((100 * copied) / run.tokens.length)}%` : "–";
+  $("fig-tokens").textContent = String(tokens);
+}
+
+function drawChart() {
+  const canvas = els.chart;
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth, height = canvas.clientHeight;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  ctx.clearRect(0, 0, width, height);
+  const steps = run ? run.steps : [];
+  if (!steps.length) {
+    ctx.fillStyle = "#9aa5b1";
+    ctx.font = "12px system-ui, sans-serif";
+    ctx.fillText("One bar per step: how many tokens it produced.", 10, height / 2 + 4);
+    return;
+  }
+  const top = Math.max(4, ...steps.map((s) => s.new_tokens));
+  const pad = 6, w = (width - 2 * pad) / Math.max(steps.length, 20);
+  ctx.strokeStyle = "#e4e7eb";
+  ctx.beginPath(); ctx.moveTo(pad, height - pad - (height - 2 * pad) / top); ctx.lineTo(width - pad, height - pad - (height - 2 * pad) / top); ctx.stroke();
+  steps.forEach((s, i) => {
+    const h = ((height - 2 * pad) * s.new_tokens) / top;
+    ctx.fillStyle = s.new_tokens > 1 ? "#2f6fde" : "#b7c4d6";
+    ctx.fillRect(pad + i * w + 1, height - pad - h, Math.max(1, w - 2), h);
+  });
+  ctx.fillStyle = "#6b7785";
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillText(`max ${top}`, width - pad - 42, pad + 10);
+}
+
+// ------------------------------------------------------------------ wiring
+
+els.run.addEventListener("click", start);
+els.stop.addEventListener("click", stop);
+els.editDoc.addEventListener("click", showEditor);
+els.sample.addEventListener("change", () => { if (els.sample.value !== "") pickSample(Number(els.sample.value)); });
+els.preset.addEventListener("change", () => { if (els.preset.value) els.instruction.value = els.preset.value; els.preset.value = ""; });
+els.strategy.addEventListener("change", () => { els.strategy.dataset.touched = "1"; });
+document.querySelectorAll(".tab").forEach((tab) => tab.addEventListener("click", () => {
+  document.querySelectorAll(".tab").forEach((t) => t.classList.toggle("active", t === tab));
+  els.output.classList.toggle("hidden", tab.dataset.tab !== "output");
+  els.diff.classList.toggle("hidden", tab.dataset.tab !== "diff");
+}));
+els.instruction.addEventListener("keydown", (e) => { if (e.key === "Enter" && !els.run.disabled) start(); });
+
+pollHealth();
+loadSamples();
+drawChart();
