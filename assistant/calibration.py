@@ -28,7 +28,7 @@ SHIPPED = Path(__file__).parent / "tuned"
 
 @dataclass
 class Tuned:
-    draft_tokens: int = 10
+    draft_tokens: int = 24  # the most the adaptive draft length may choose
     hidden_layer: int = 0  # 0: the middle layer of the model
     head_count: int = 4
     heads: list[tuple[int, int]] = field(default_factory=list)  # (layer, head), best first

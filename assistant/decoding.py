@@ -19,6 +19,7 @@ from typing import Iterator
 import torch
 from transformers import DynamicCache
 
+from .draft_length import AdaptiveDraftLength, FixedDraftLength
 from .drafters import Context
 from .prefix_cache import PrefixCache, restore
 
@@ -83,7 +84,7 @@ def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,
     return len(draft), int(torch.multinomial(probs[len(draft)], 1, generator=generator))
 
 
-def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int,
+def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
            sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
            cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
     """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
@@ -91,9 +92,10 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
     With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
     (never all of it: the last prefilled position is recomputed so there is something to feed).
     """
+    draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
     config = model.config.get_text_config()
     cache = DynamicCache(config=config)
-    context = Context.start(prompt, len(prompt) + max_new_tokens + draft_tokens + 1, drafter.layers,
+    context = Context.start(prompt, len(prompt) + max_new_tokens + draft_length.most + 1, drafter.layers,
                             config.hidden_size, model.dtype, model.device, cache)
     sources: list[int | None] = [None] * len(prompt)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
@@ -113,13 +115,14 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         started = time.perf_counter()
         n = context.n
-        draft, origin = drafter.propose(context, min(draft_tokens, max_new_tokens - produced - 1))
+        draft, origin = drafter.propose(context, min(draft_length.choose(), max_new_tokens - produced - 1))
         out = forward(model, [int(context.tokens[n - 1])] + draft, cache, bool(drafter.layers), len(draft) + 1)
         logits = out.logits[0]
         if sampling.temperature > 0:
             accepted, bonus = verify_sampled(logits, draft, sampling, generator)
         else:
             accepted, bonus = verify_greedy(logits, draft)
+        draft_length.update(len(draft), accepted)
         tokens = draft[:accepted] + [bonus]
         step_sources = [origin + 1 + i for i in range(accepted)]
         # The model's own token still counts as copied when it is what follows the last copy.

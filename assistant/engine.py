@@ -11,6 +11,7 @@ see their place in the queue as `Queued` events.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -19,7 +20,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
-from . import calibration, models
+from . import calibration, draft_length, models
+from .draft_length import AdaptiveDraftLength
 from .decoding import Sampling, decode
 from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
 from .output import OutputText, Span, merge_spans
@@ -140,6 +142,10 @@ class Assistant:
         ids = ids if isinstance(ids, list) else [ids]
         return frozenset(i for i in ids + [self.loaded.tokenizer.eos_token_id] if i is not None)
 
+    @functools.cache
+    def forward_costs(self) -> dict[int, float]:
+        return draft_length.forward_costs(self.loaded)
+
     def drafter(self, strategy: str):
         if strategy == "ar":
             return NoDraft()
@@ -189,7 +195,7 @@ class Assistant:
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, temperature, top_k, top_p)
         generation = self._generate(prompt, document, target, self.drafter(strategy), max_new_tokens,
                                     Sampling(temperature, top_k, top_p, seed), tuple(stop), cancel,
-                                    draft_tokens or self.tuned.draft_tokens)
+                                    draft_tokens or AdaptiveDraftLength(self.forward_costs(), self.tuned.draft_tokens))
         return self._in_turn(generation, cancel)
 
     def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:
@@ -203,7 +209,7 @@ class Assistant:
             self._queue.leave(ticket)
 
     def _generate(self, prompt: Prompt, document: str, target: str, drafter, max_new_tokens: int,
-                  sampling: Sampling, stop: tuple[str, ...], cancel, draft_tokens: int) -> Iterator[Event]:
+                  sampling: Sampling, stop: tuple[str, ...], cancel, draft_tokens) -> Iterator[Event]:
         output = OutputText(self.loaded.tokenizer, document, stop, strip_fences=not target.startswith("```"))
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []

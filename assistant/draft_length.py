@@ -1,0 +1,94 @@
+"""How many tokens to draft at each step.
+
+A draft of k tokens costs one forward pass over k+1 tokens and gains the accepted prefix plus
+one token. With a per-token acceptance rate a (acceptance stops at the first miss), a draft of
+k yields (1 - a^(k+1)) / (1 - a) tokens on average, so the best k maximises that over the
+measured cost of a (k+1)-token forward. The cost curve is measured once per model, dtype,
+device and thread count (cached on disk); a is tracked online per generation. Where little is
+accepted (translation, answers to questions) k drops to 0 and decoding is plain decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from . import models
+
+COST_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class FixedDraftLength:
+    k: int
+
+    @property
+    def most(self) -> int:
+        return self.k
+
+    def choose(self) -> int:
+        return self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+@dataclass
+class AdaptiveDraftLength:
+    costs: dict[int, float]  # forward time of n tokens relative to one token
+    most: int
+    acceptance: float = 0.7  # prior for a rewrite; corrected after the first few drafts
+    memory: float = 0.8  # weight of the past in the running acceptance estimate
+
+    def cost(self, tokens: int) -> float:
+        sizes = sorted(self.costs)
+        below = max((s for s in sizes if s <= tokens), default=sizes[0])
+        above = min((s for s in sizes if s >= tokens), default=sizes[-1])
+        if above == below:
+            return self.costs[below] * tokens / below if tokens > below else self.costs[below]
+        share = (tokens - below) / (above - below)
+        return self.costs[below] + share * (self.costs[above] - self.costs[below])
+
+    def choose(self) -> int:
+        a = min(self.acceptance, 0.999)
+        gain = lambda k: (1 - a ** (k + 1)) / (1 - a) / self.cost(k + 1)  # noqa: E731 (one line reads best)
+        return max(range(self.most + 1), key=gain)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        trials = accepted + (accepted < drafted)  # acceptance stops at the first miss
+        self.acceptance = self.memory * self.acceptance + (1 - self.memory) * accepted / trials
+
+
+def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
+    """Relative cost of a forward over n tokens after a 256-token context, measured once and cached."""
+    key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-{str(loaded.dtype).split('.')[-1]}"
+           f"-{loaded.device.type}-{torch.get_num_threads()}t")
+    path = models.cache_root() / "costs" / f"{key.replace('/', '--')}.json"
+    if path.is_file():
+        return {int(n): c for n, c in json.loads(path.read_text()).items()}
+    model = loaded.model
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.ones(1, 256, dtype=torch.long, device=model.device), past_key_values=cache)
+        seconds = {}
+        for n in COST_SIZES:
+            runs = []
+            for _ in range(5):
+                started = time.perf_counter()
+                model(input_ids=torch.ones(1, n, dtype=torch.long, device=model.device), past_key_values=cache,
+                      logits_to_keep=n)
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize()
+                runs.append(time.perf_counter() - started)
+                cache.crop(-n)
+            seconds[n] = sorted(runs)[len(runs) // 2]
+    costs = {n: seconds[n] / seconds[1] for n in COST_SIZES}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(costs))
+    return costs
