@@ -1,34 +1,404 @@
-"""`assistant rewrite FILE -i INSTRUCTION`: rewrite a file and print the result."""
+"""`assistant rewrite PATH... -i INSTRUCTION`: rewrite files on an instruction.
+
+Everything that can be checked without the model (paths, options, encodings, line ranges) is
+checked first, so mistakes fail fast; the model is then loaded once and the files are rewritten
+in turn, one failure not stopping the others. Writes go to a temporary file next to the target
+that replaces it atomically, so an interruption at any moment leaves the original intact.
+"""
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import hashlib
 import json
+import os
+import signal
 import sys
+import tempfile
+from bisect import bisect_left
+from dataclasses import dataclass
 from pathlib import Path
+
+USAGE, FAILED = 2, 1
+
+
+class Refused(Exception):
+    """A file or option this command will not work with; the message says why."""
 
 
 def register(commands) -> None:
     from .cli import add_model_options
 
-    parser = commands.add_parser("rewrite", help="rewrite a file on an instruction")
-    parser.add_argument("path", type=Path)
-    parser.add_argument("-i", "--instruction", required=True)
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--json", action="store_true", help="print one JSON object: text, spans, stats")
+    parser = commands.add_parser("rewrite", help="rewrite files on an instruction",
+                                 description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files to rewrite; - reads stdin, writes stdout")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("-i", "--instruction")
+    source.add_argument("--instruction-file", type=Path, metavar="F")
+    parser.add_argument("--lines", metavar="A:B", help="rewrite only lines A to B (1-based, inclusive)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--max-new-tokens", type=int, help="most tokens to generate (per piece of a long file)")
+    parser.add_argument("--max-piece-tokens", type=int, help=argparse.SUPPRESS)  # forces splitting, for tests
+    parser.add_argument("--encoding", help="read and write the files in this encoding (default: UTF-8, strict)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--diff", action="store_true", help="print a unified diff instead of the new text")
+    output.add_argument("--json", action="store_true", help="print one JSON object per file: text, spans, stats")
+    output.add_argument("--in-place", action="store_true", help="replace the file (keeping a backup PATH~)")
+    output.add_argument("--no-backup", action="store_true", help="with --in-place, keep no backup")
+    output.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the new text to OUT")
+    output.add_argument("--quiet", action="store_true", help="no progress and no summary on stderr")
     add_model_options(parser)
     parser.set_defaults(run=run)
 
 
+# --- reading and checking, before any model is loaded ---
+
+@dataclass
+class Source:
+    """A file as read: its text normalised to \\n for the model, and what is needed to write it back."""
+
+    path: str  # as given; "-" is stdin
+    text: str
+    crlf: bool  # every line ended in \r\n: restored on output
+    final_newline: bool
+    fingerprint: tuple | None  # (mtime_ns, size, sha256) to notice a change on disk before replacing
+    selection: tuple[int, int] | None
+
+
+def fingerprint(path: str) -> tuple:
+    data = Path(path).read_bytes()
+    stat = os.stat(path)
+    return stat.st_mtime_ns, stat.st_size, hashlib.sha256(data).hexdigest()
+
+
+def read_source(path: str, encoding: str | None, lines: str | None) -> Source:
+    if path == "-":
+        data, mark = sys.stdin.buffer.read(), None
+    else:
+        if Path(path).is_dir():
+            raise Refused(f"{path}: is a directory")
+        try:
+            mark = fingerprint(path)
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise Refused(f"{path}: no such file") from None
+        except OSError as error:
+            raise Refused(f"{path}: cannot read it ({error.strerror})") from None
+    if b"\x00" in data:
+        raise Refused(f"{path}: looks binary (it contains NUL bytes); not rewriting it")
+    try:
+        raw = data.decode(encoding or "utf-8")
+    except UnicodeDecodeError as error:
+        raise Refused(f"{path}: is not valid {encoding or 'UTF-8'} (byte {error.start}); "
+                      "give its encoding with --encoding") from None
+    except LookupError:
+        raise Refused(f"unknown encoding {encoding!r}") from None
+    if not raw.strip():
+        raise Refused(f"{path}: is empty; there is nothing to rewrite")
+    crlf = raw.count("\r\n") == raw.count("\n")
+    text = raw.replace("\r\n", "\n") if crlf else raw
+    return Source(path, text, crlf, text.endswith("\n"), mark, line_range(text, lines, path))
+
+
+def line_range(text: str, lines: str | None, path: str) -> tuple[int, int] | None:
+    """The character range of --lines A:B (1-based, inclusive) in `text`."""
+    if lines is None:
+        return None
+    first, last = (int(n) for n in lines.split(":"))
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n" and i + 1 < len(text)]
+    if not 1 <= first <= last <= len(starts):
+        raise Refused(f"{path}: --lines {lines} is outside the file, which has {len(starts)} lines")
+    end = starts[last] if last < len(starts) else len(text)
+    if not text[starts[first - 1]:end].strip():
+        raise Refused(f"{path}: lines {lines} are blank; there is nothing to rewrite")
+    return starts[first - 1], end
+
+
+def check_options(args) -> str:
+    """The instruction, or Refused for a usage mistake."""
+    if args.diff and args.json:
+        raise Refused("--diff and --json cannot be combined")
+    if args.in_place and args.output:
+        raise Refused("--in-place and -o cannot be combined")
+    if args.output and len(args.paths) > 1:
+        raise Refused("-o takes a single input PATH")
+    if args.in_place and "-" in args.paths:
+        raise Refused("--in-place cannot replace stdin (-)")
+    if args.paths.count("-") > 1:
+        raise Refused("stdin (-) can be read only once")
+    if args.no_backup and not args.in_place:
+        raise Refused("--no-backup goes with --in-place")
+    if args.lines is not None and not (len(args.lines.split(":")) == 2
+                                       and all(n.strip().isdigit() for n in args.lines.split(":"))):
+        raise Refused(f"--lines wants A:B with line numbers, not {args.lines!r}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise Refused("--max-new-tokens must be at least 1")
+    if args.max_piece_tokens is not None and args.max_piece_tokens < 1:
+        raise Refused("--max-piece-tokens must be at least 1")
+    instruction = args.instruction
+    if args.instruction_file is not None:
+        try:
+            instruction = args.instruction_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise Refused(f"cannot read the instruction file {args.instruction_file}: {error}") from None
+    if not instruction.strip():
+        raise Refused("the instruction is empty: say what to change")
+    return instruction
+
+
+# --- turning the result back into file text ---
+
+def restored(source: Source, result) -> tuple[str, list]:
+    """The new file text with the original's line endings and final newline, and the result's spans
+    with output offsets in that text and source offsets in the file as read."""
+    from .output import Span
+
+    text = result.text
+    if source.final_newline and not text.endswith("\n"):
+        text += "\n"
+    elif not source.final_newline:
+        text = text.rstrip("\n")
+    spans = [Span((a, min(b, len(text))), s) for (a, b), s in ((sp.output, sp.source) for sp in result.spans)
+             if a < len(text)]
+    if source.crlf:
+        to_output = crlf_offsets(text)
+        to_input = crlf_offsets(source.text)
+        spans = [Span((to_output(a), to_output(b)), (to_input(c), to_input(d)))
+                 for (a, b), (c, d) in ((sp.output, sp.source) for sp in spans)]
+        text = text.replace("\n", "\r\n")
+    return text, spans
+
+
+def crlf_offsets(text: str):
+    """Map an offset in `text` to the offset it has once every \\n becomes \\r\\n."""
+    newlines = [i for i, c in enumerate(text) if c == "\n"]
+    return lambda offset: offset + bisect_left(newlines, offset)
+
+
+def original_text(source: Source) -> str:
+    return source.text.replace("\n", "\r\n") if source.crlf else source.text
+
+
+# --- writing safely ---
+
+def write_atomically(target: Path, data: bytes, source: Source, backup: bool) -> None:
+    """Replace `target` by `data` through a temporary file in its folder; never a half-written file."""
+    if source.fingerprint is not None and target.resolve() == Path(source.path).resolve():
+        try:
+            unchanged = fingerprint(source.path) == source.fingerprint
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise Refused(f"{source.path}: changed on disk while it was being rewritten; not overwriting it")
+    mode = os.stat(target).st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask()
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, mode)
+        if backup:
+            os.replace(make_backup(target), f"{target}~")
+        os.replace(temporary, target)
+    except BaseException:  # KeyboardInterrupt included: leave nothing behind
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def make_backup(target: Path) -> str:
+    """A temporary copy of `target` (mode and times kept), to be moved to PATH~ in one step."""
+    import shutil
+
+    handle, copy = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}~.", suffix=".tmp")
+    os.close(handle)
+    try:
+        shutil.copy2(target, copy)
+    except BaseException:
+        Path(copy).unlink(missing_ok=True)
+        raise
+    return copy
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# --- showing ---
+
+def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is imported lazily
+    """A Delta's text shaded: copied characters dim, generated ones bold."""
+    from rich.text import Text
+
+    shown = Text(text, style="bold")
+    for span in spans:
+        a, b = span.output
+        shown.stylize("dim", max(0, a - start), max(0, b - start))
+    return shown
+
+
+def summary(result, steps: list, generated_chars: int) -> str:
+    """Closing line: share copied, speed, mean accepted and an estimated speedup over plain decoding.
+
+    Plain decoding takes one step per token; a step here that drafted nothing is such a plain step,
+    so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent."""
+    stats = result.stats
+    copied = sum(b - a for a, b in (span.output for span in result.spans))
+    share = copied / generated_chars if generated_chars else 0.0
+    plain = [seconds for drafted, seconds in steps if drafted == 0]
+    spent = sum(seconds for _, seconds in steps)
+    line = (f"{share:.0%} copied, {stats.new_tokens} tokens in {stats.steps} steps, "
+            f"{stats.tokens_per_second:.1f} tokens/s, {stats.mean_accepted:.2f} tokens/step")
+    if plain and spent:
+        speedup = stats.new_tokens * (sum(plain) / len(plain)) / spent
+        line += (f"; ~{speedup:.1f}x faster than plain decoding (one step per token, "
+                 f"priced at the mean time of this run's undrafted steps)")
+    elif stats.steps:
+        line += f"; at most ~{stats.mean_accepted:.1f}x faster than plain decoding (tokens per step; no plain step seen)"
+    return line
+
+
+class Progress:
+    """A rich progress bar over the pieces with tokens/s, shown only when stderr is a terminal."""
+
+    def __init__(self, path: str, pieces: int, quiet: bool):
+        self.bar = None
+        if quiet or not sys.stderr.isatty():
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn
+
+        self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("pieces {task.fields[speed]}"), console=Console(stderr=True), transient=True)
+        self.task = self.bar.add_task(path, total=pieces, speed="")
+        self.bar.start()
+
+    def update(self, done: int | None = None, speed: str | None = None) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, **({} if done is None else {"completed": done}),
+                            **({} if speed is None else {"speed": speed}))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# --- running ---
+
+def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
+    from . import long_documents
+    from .engine import Delta, Result
+
+    pieces = long_documents.plan(assistant, source.text, instruction, source.selection, args.max_piece_tokens)
+    stream_to_terminal = console is not None
+    progress = Progress(source.path, len(pieces), args.quiet or stream_to_terminal)
+    events = long_documents.rewrite(assistant, source.text, instruction, pieces, max_new_tokens=args.max_new_tokens,
+                                    temperature=args.temperature,
+                                    on_piece=lambda done: progress.update(done=done))
+    steps, tokens, spent, generated, result = [], 0, 0.0, 0, None
+    try:
+        for event in events:
+            if isinstance(event, Delta):
+                if event.new_tokens:
+                    steps.append((event.drafted, event.seconds))
+                    tokens, spent = tokens + event.new_tokens, spent + event.seconds
+                    progress.update(speed=f"{tokens / spent if spent else 0.0:.1f} tokens/s")
+                if stream_to_terminal:
+                    console.print(styled(event.text, event.tokens, generated), end="")
+                generated += len(event.text)
+            elif isinstance(event, Result):
+                result = event
+    finally:
+        events.close()
+        progress.close()
+    kept = len(source.text) - sum(e - s for s, e in (long_documents.core(source.text, p) for p in pieces))
+    finish(source, result, pieces, args, stream_to_terminal)
+    if not args.quiet:
+        print(f"{source.path}: {summary(result, steps, len(result.text) - kept)}", file=sys.stderr)
+
+
+def finish(source: Source, result, pieces: list, args, streamed: bool) -> None:
+    """Print or write the new text the way the options ask."""
+    text, spans = restored(source, result)
+    if result.stopped == "cancelled":
+        raise Refused(f"{source.path}: the rewrite was cancelled; nothing written")
+    if args.json:
+        to_input = crlf_offsets(source.text) if source.crlf else (lambda offset: offset)
+        record = result.to_json() | {"path": source.path, "text": text, "spans": [s.to_json() for s in spans],
+                                     "pieces": [[to_input(a), to_input(b)] for a, b in pieces]}
+        print(json.dumps(record), flush=True)
+    elif args.diff:
+        old, new = original_text(source), text
+        name = "stdin" if source.path == "-" else source.path
+        sys.stdout.writelines(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                                   f"a/{name}", f"b/{name}"))
+        sys.stdout.flush()
+    elif not (args.in_place or args.output):
+        # Streamed text went out as it came; plain text goes out whole, as it will be written.
+        sys.stdout.write(("" if text.endswith("\n") else "\n") if streamed else text)
+        sys.stdout.flush()
+    if args.in_place or args.output:
+        target = Path(source.path) if args.in_place else args.output
+        write_atomically(target, text.encode(args.encoding or "utf-8"), source,
+                         backup=args.in_place and not args.no_backup)
+        if not args.quiet:
+            print(f"{source.path}: written to {target}", file=sys.stderr)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM is handled like Ctrl-C, so the same clean-up runs."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(args) -> int:
-    from .engine import Assistant, RewriteError
+    from .engine import RewriteError
     from .models import ModelError
 
+    interrupt_on_sigterm()
     try:
-        document = args.path.read_text(encoding="utf-8")
+        instruction = check_options(args)
+    except Refused as error:
+        return complain(error, USAGE)
+    sources, failed = [], False
+    for path in args.paths:
+        try:
+            sources.append(read_source(path, args.encoding, args.lines))
+        except Refused as error:
+            failed = complain(error, FAILED)
+    if not sources:
+        return FAILED
+    try:
+        from .engine import Assistant
+
         assistant = Assistant(args.model, strategy=args.strategy, dtype=args.dtype, device=args.device)
-        result = assistant.rewrite_text(document, args.instruction, max_new_tokens=args.max_new_tokens)
-    except (OSError, UnicodeDecodeError, RewriteError, ModelError) as error:
-        print(f"assistant rewrite: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(result.to_json()) if args.json else result.text)
-    return 0
+    except (RewriteError, ModelError, OSError) as error:
+        return complain(error, FAILED)
+    console = terminal_console(args)
+    for source in sources:
+        try:
+            rewrite_one(assistant, source, instruction, args, console)
+        except (Refused, RewriteError, OSError, UnicodeEncodeError) as error:
+            failed = complain(f"{source.path}: {error}" if isinstance(error, RewriteError) else error, FAILED)
+        except KeyboardInterrupt:
+            print("assistant rewrite: interrupted; files left as they were", file=sys.stderr)
+            return 130
+    return FAILED if failed else 0
+
+
+def terminal_console(args):
+    """A rich console for shaded streaming output when stdout is a terminal and plain text is asked for."""
+    if args.json or args.diff or args.in_place or args.output or not sys.stdout.isatty():
+        return None
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def complain(error, code: int) -> int:
+    print(f"assistant rewrite: {error}", file=sys.stderr)
+    return code

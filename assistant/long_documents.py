@@ -1,0 +1,176 @@
+"""Rewriting documents longer than the model's context: split, rewrite piece by piece, stitch.
+
+A document (or a region of it) whose prompt would not leave room for the answer is cut at
+natural boundaries (after blank lines, before top-level definitions and headings) into pieces
+that each fit. Every piece is rewritten as an engine *selection*, so the model sees its
+neighbours as read-only context, and the answers are concatenated back in order.
+
+Only a piece's text between its first and last non-blank character goes to the model: the
+whitespace around it (the seams) and everything outside the region are kept verbatim, because
+models tend to drop leading and trailing newlines and the seams would otherwise fuse.
+
+`rewrite` yields the engine's own events: Deltas whose texts, joined, are the whole new
+document (kept text comes as Deltas without tokens), output offsets in the new document and
+source offsets in the old one, then one Result for the whole document.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Callable, Iterator
+
+from .engine import Assistant, Delta, Event, Queued, Result, Stats
+from .output import Span, merge_spans
+
+ANSWER_ROOM = 1.5  # output budget per piece token: rewrites may grow a little
+ANSWER_EXTRA = 64
+# A line that starts a top-level definition, a heading or a decorator: a good place to cut before.
+TOP_LEVEL = re.compile(r"(def |class |async def |@|#|function |fn |pub |impl |struct |func |[A-Za-z_][\w.]* = )")
+
+Piece = tuple[int, int]
+
+
+def answer_budget(piece_tokens: int) -> int:
+    return int(piece_tokens * ANSWER_ROOM) + ANSWER_EXTRA
+
+
+def lines_of(text: str, start: int, end: int) -> list[Piece]:
+    """The (start, end) of every line in text[start:end], newline included."""
+    lines, at = [], start
+    while at < end:
+        stop = text.find("\n", at, end)
+        stop = end if stop < 0 else stop + 1
+        lines.append((at, stop))
+        at = stop
+    return lines
+
+
+def is_boundary(text: str, line: Piece, previous: Piece) -> bool:
+    """Whether a piece may well start at `line`: after a blank line or at a top-level definition."""
+    return not text[previous[0]:previous[1]].strip() or bool(TOP_LEVEL.match(text, line[0]))
+
+
+def split(text: str, count_tokens: Callable[[str], int], max_piece_tokens: int,
+          region: Piece | None = None) -> list[Piece]:
+    """Cut `region` of `text` (all of it by default) into consecutive pieces of at most
+    `max_piece_tokens` tokens each, preferring natural boundaries; a single line longer than
+    that becomes a piece of its own. The pieces cover the region exactly, in order."""
+    start, end = region or (0, len(text))
+    lines = lines_of(text, start, end)
+    sizes = [count_tokens(text[a:b]) for a, b in lines]  # per line: a piece's size is about their sum
+    pieces, first = [], 0
+    while first < len(lines):
+        total, last, best = 0, first, None  # best: the furthest natural boundary that still fits
+        while last < len(lines) and (last == first or total + sizes[last] <= max_piece_tokens):
+            total += sizes[last]
+            last += 1
+            if last < len(lines) and is_boundary(text, lines[last], lines[last - 1]):
+                best = last
+        cut = best if best is not None and last < len(lines) else last
+        pieces.append((lines[first][0], lines[cut - 1][1]))
+        first = cut
+    return pieces
+
+
+def core(text: str, piece: Piece) -> Piece:
+    """The piece without its leading and trailing whitespace (empty when it is all whitespace)."""
+    start, end = piece
+    chunk = text[start:end]
+    stripped = chunk.strip()
+    if not stripped:
+        return start, start
+    head = start + chunk.index(stripped)
+    return head, head + len(stripped)
+
+
+def plan(assistant: Assistant, document: str, instruction: str, selection: Piece | None = None,
+         max_piece_tokens: int | None = None) -> list[Piece]:
+    """The pieces to rewrite: the whole region when its prompt and answer fit the context, else a split."""
+    tokenizer, context = assistant.loaded.tokenizer, assistant.loaded.context_length
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    region = selection or (0, len(document))
+    region_tokens = count(document[region[0]:region[1]])
+    if max_piece_tokens is None:
+        prompt = len(assistant.prompt(document, instruction, selection).ids)
+        if prompt + answer_budget(region_tokens) <= context:
+            return [region]
+        # Everything in a piece's prompt but the piece: instruction, template and the neighbours shown.
+        middle = (len(document) // 2, len(document) // 2 + 1)
+        overhead = len(assistant.prompt(document, instruction, middle).ids)
+        max_piece_tokens = max(16, int((context - overhead - ANSWER_EXTRA) / (1 + ANSWER_ROOM)))
+    if region_tokens <= max_piece_tokens:
+        return [region]
+    return split(document, count, max_piece_tokens, region)
+
+
+def rewrite(assistant: Assistant, document: str, instruction: str, pieces: list[Piece], *,
+            max_new_tokens: int | None = None, temperature: float = 0.0, cancel: threading.Event | None = None,
+            on_piece: Callable[[int], None] = lambda done: None) -> Iterator[Event]:
+    """Rewrite `pieces` (from `plan`) of `document`, keeping everything else, as one event stream.
+
+    `max_new_tokens` applies to each piece; `on_piece(n)` is called after the n-th piece ends.
+    A bad request raises RewriteError before anything is yielded.
+    """
+    whole = pieces == [(0, len(document))]
+    requests = []  # (kept text before the piece, piece core, its event stream)
+    at = 0
+    for piece in pieces:
+        start, end = (0, len(document)) if whole else core(document, piece)
+        if start == end:
+            continue  # whitespace only: kept as it is
+        events = assistant.rewrite(document, instruction, selection=None if whole else (start, end),
+                                   max_new_tokens=max_new_tokens, temperature=temperature, cancel=cancel)
+        requests.append((document[at:start], events))
+        at = end
+    return _stitch(requests, document[at:], cancel, on_piece)
+
+
+def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
+    text, shown, results = "", [], []
+    try:
+        for done, (kept, events) in enumerate(requests, 1):
+            if kept:
+                text += kept
+                yield Delta(kept, [], 0, 0, 0, 0.0)
+            base = len(text)
+            for event in events:
+                if isinstance(event, Queued):
+                    yield event
+                elif isinstance(event, Delta):
+                    tokens = [shifted(span, base) for span in event.tokens]
+                    shown += tokens
+                    text += event.text
+                    yield Delta(event.text, tokens, event.new_tokens, event.drafted, event.accepted, event.seconds)
+                else:
+                    results.append(event)
+            on_piece(done)
+            if cancel is not None and cancel.is_set():
+                break
+        else:
+            if tail:
+                text += tail
+                yield Delta(tail, [], 0, 0, 0, 0.0)
+    finally:
+        for _, events in requests:
+            events.close()
+    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), shown)
+
+
+def shifted(span: Span, by: int) -> Span:
+    return Span((span.output[0] + by, span.output[1] + by), span.source)
+
+
+def combined(results: list[Result]) -> Stats:
+    def total(name: str):
+        return sum(getattr(result.stats, name) for result in results)
+    return Stats(total("new_tokens"), total("steps"), total("seconds"), total("prompt_tokens"), total("drafted"),
+                 total("accepted"), results[0].stats.first_token_seconds if results else 0.0)
+
+
+def stopped(results: list[Result], expected: int) -> str:
+    """The most telling reason among the pieces': a cancel or a cut beats a natural end."""
+    reasons = {result.stopped for result in results}
+    if "cancelled" in reasons or len(results) < expected:
+        return "cancelled"
+    return "length" if "length" in reasons else ("stop" if "stop" in reasons else "eos")
