@@ -1,6 +1,470 @@
-"""`assistant bench`: speed, exactness and attribution quality of every strategy on the benchmark data."""
+"""`assistant bench`: speed, exactness and attribution quality of every strategy on the benchmark data.
+
+    assistant bench --tasks code-edit,text-edit --strategies ar,hf-pld,pld,pld+h,pld+a --samples 5
+
+Records are measured one after another; each record runs every strategy in turn (interleaved,
+so that a machine that slows down over time hurts all strategies alike), plain decoding `ar`
+first because it is the reference every other output must equal. Rows are appended to
+`rows.jsonl` as they finish; `summary.json`, `chart.png` and the table are written at the end,
+or on Ctrl-C from what was measured so far.
+
+Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as
+the ratio of total tokens over total time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import data
+
+ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
+STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a", "llama-cpp")
+DEFAULT_TASKS = ("code-edit", "text-edit")
+DEFAULT_STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a")
+HF_PLD_LOOKUP = 10  # prompt_lookup_num_tokens, transformers' own default for its PLD
+WARMUP_TOKENS = 4
+
+
+class BenchError(ValueError):
+    """Bad arguments or data; reported before the model is loaded."""
 
 
 def register(commands) -> None:
+    from .cli import add_model_options
+
     parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
-    parser.set_defaults(run=lambda args: print("not built yet") or 1)
+    parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated: {', '.join(data.TASKS)}")
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
+                        help=f"comma-separated: {', '.join(STRATEGIES)} (ar always runs: it is the reference)")
+    parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")
+    add_model_options(parser, strategy=False)
+    parser.set_defaults(run=run)
+
+
+# --- plan: everything checked before the model loads ---------------------------------------------
+
+@dataclass
+class Plan:
+    tasks: list[str]
+    strategies: list[str]
+    records: list[data.Record]  # task by task, `samples` each
+    max_new_tokens: int
+    out: Path
+
+
+def split_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def plan(args) -> Plan:
+    tasks = split_list(args.tasks)
+    if not tasks:
+        raise BenchError("no tasks given")
+    for task in tasks:
+        if task not in data.TASKS:
+            raise BenchError(f"unknown task {task!r}: use one of {', '.join(data.TASKS)}")
+    strategies = split_list(args.strategies)
+    for strategy in strategies:
+        if strategy not in STRATEGIES:
+            raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    strategies = ["ar"] + [s for s in dict.fromkeys(strategies) if s != "ar"]
+    if args.samples < 1:
+        raise BenchError("--samples must be at least 1")
+    if args.max_new_tokens < 1:
+        raise BenchError("--max-new-tokens must be at least 1")
+    records = []
+    for task in dict.fromkeys(tasks):
+        try:
+            available = data.load(task)
+        except (data.DataError, OSError) as error:
+            raise BenchError(f"cannot read the {task} data: {error}") from error
+        if args.samples > len(available):
+            raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
+        records += available[:args.samples]
+    out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out)
+
+
+# --- running one strategy on one record -----------------------------------------------------------
+
+@dataclass
+class Run:
+    text: str
+    new_tokens: int
+    seconds: float
+    steps: int | None = None
+    first_token_seconds: float | None = None
+    per_step: list[int] = field(default_factory=list)  # tokens gained per step
+    token_spans: list = field(default_factory=list)
+
+
+class Runner:
+    """Runs a record under a strategy with one loaded model; knows which strategies it can run."""
+
+    def __init__(self, assistant, max_new_tokens: int):
+        self.assistant, self.max_new_tokens = assistant, max_new_tokens
+        self.unavailable: dict[str, str] = {}
+        self.histories: dict[str, tuple[dict, ...]] = {}
+        self._llama = None
+
+    def check(self, strategies: list[str]) -> list[str]:
+        """The strategies that can run here; the others go to `unavailable` with the reason."""
+        if "pld+a" in strategies and not self.assistant.tuned.heads:
+            self.unavailable["pld+a"] = "no tuned induction heads for this model (run `assistant calibrate`)"
+        if "llama-cpp" in strategies:
+            try:
+                import llama_cpp  # noqa: F401  (optional, never a dependency)
+            except ImportError:
+                self.unavailable["llama-cpp"] = "llama_cpp is not installed"
+        return [s for s in strategies if s not in self.unavailable]
+
+    def warm_up(self, strategies: list[str], record: data.Record) -> list[str]:
+        """One short generation per strategy, so that first-call costs stay out of the timings."""
+        for strategy in strategies:
+            try:
+                self.run(strategy, record, WARMUP_TOKENS)
+            except Exception as error:  # a strategy that cannot run here is reported, not fatal
+                if strategy == "ar":
+                    raise
+                self.unavailable[strategy] = f"{type(error).__name__}: {error}"
+        return [s for s in strategies if s not in self.unavailable]
+
+    def run(self, strategy: str, record: data.Record, max_new_tokens: int | None = None) -> Run:
+        max_new_tokens = max_new_tokens or self.max_new_tokens
+        if strategy == "hf-pld":
+            return self.hf_pld(record, max_new_tokens)
+        if strategy == "llama-cpp":
+            return self.llama_cpp(record, max_new_tokens)
+        return self.engine(strategy, record, max_new_tokens)
+
+    def events(self, strategy: str, record: data.Record, max_new_tokens: int):
+        if record.is_edit:
+            return self.assistant.rewrite(record.document, record.instruction, strategy=strategy,
+                                          max_new_tokens=max_new_tokens)
+        return self.assistant.chat(record.document, history=self.history(record), strategy=strategy,
+                                   max_new_tokens=max_new_tokens)
+
+    def engine(self, strategy: str, record: data.Record, max_new_tokens: int) -> Run:
+        from .engine import Delta, Result
+
+        per_step = []
+        with closing(self.events(strategy, record, max_new_tokens)) as events:
+            for event in events:
+                if isinstance(event, Delta) and event.new_tokens:  # new_tokens == 0: the final flush
+                    per_step.append(event.new_tokens)
+                if isinstance(event, Result):
+                    stats = event.stats
+                    return Run(event.text, stats.new_tokens, stats.seconds, stats.steps, stats.first_token_seconds,
+                               per_step, event.token_spans)
+        raise AssertionError("the engine ended without a result")
+
+    def history(self, record: data.Record) -> tuple[dict, ...]:
+        """MT-Bench earlier turns with the model's own (greedy, untimed) answers, made once per record."""
+        if record.id not in self.histories:
+            from .engine import result_of
+
+            history: tuple[dict, ...] = ()
+            for turn in record.earlier_turns:
+                answer = result_of(self.assistant.chat(turn, history=history, strategy="ar",
+                                                       max_new_tokens=self.max_new_tokens)).text
+                history += ({"role": "user", "content": turn}, {"role": "assistant", "content": answer})
+            self.histories[record.id] = history
+        return self.histories[record.id]
+
+    def prompt_ids(self, record: data.Record) -> list[int]:
+        from .prompts import Segment, build_prompt
+
+        if record.is_edit:
+            return self.assistant.prompt(record.document, record.instruction).ids
+        return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
+                            history=self.history(record)).ids
+
+    def visible_text(self, record: data.Record, tokens: list[int]) -> str:
+        """What the engine would show for these tokens (code fence and EOS handling included),
+        so that an external generator's output compares exactly with ours."""
+        from .output import OutputText
+
+        eos = self.assistant.eos
+        tokens = [t for t in tokens if t not in eos]
+        target = record.document if record.is_edit else ""
+        output = OutputText(self.assistant.loaded.tokenizer, record.document,
+                            strip_fences=not target.startswith("```"))
+        output.add(tokens, [None] * len(tokens))
+        output.finish()
+        return output.text
+
+    def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
+        import torch
+
+        model = self.assistant.loaded.model
+        ids = torch.tensor([self.prompt_ids(record)], device=model.device)
+        synchronize(model.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), prompt_lookup_num_tokens=HF_PLD_LOOKUP,
+                                 max_new_tokens=max_new_tokens, do_sample=False)
+        synchronize(model.device)
+        seconds = time.perf_counter() - started
+        tokens = [t for t in out[0, ids.shape[1]:].tolist() if t not in self.assistant.eos]
+        return Run(self.visible_text(record, tokens), len(tokens), seconds)
+
+    def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            from .models import EMBEDDED
+
+            parts = EMBEDDED[self.assistant.loaded.name].gguf_parts()
+            if len(parts) != 1:
+                raise RuntimeError("llama-cpp needs a single-file GGUF; this model is split")
+            self._llama = Llama(model_path=str(parts[0]), n_ctx=8192, n_threads=os.cpu_count(), verbose=False)
+        text = self.assistant.loaded.tokenizer.decode(self.prompt_ids(record))
+        started = time.perf_counter()
+        out = self._llama.create_completion(text, max_tokens=max_new_tokens, temperature=0.0, top_k=1)
+        seconds = time.perf_counter() - started
+        return Run(out["choices"][0]["text"], out["usage"]["completion_tokens"], seconds)
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def reset_peak_memory(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_mb(device) -> dict:
+    import torch
+
+    # ru_maxrss is the process-wide high-water mark in KiB on Linux: it only ever grows.
+    memory = {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.type == "cuda":
+        memory["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return memory
+
+
+def measure(runner: Runner, strategy: str, record: data.Record, reference: Run | None) -> tuple[dict, Run]:
+    """One row: the strategy's speed on the record and how its output compares with `ar`'s."""
+    from .attribution_quality import quality
+
+    device = runner.assistant.loaded.device
+    reset_peak_memory(device)
+    result = runner.run(strategy, record)
+    row = {"task": record.task, "id": record.id, "strategy": strategy, "new_tokens": result.new_tokens,
+           "seconds": round(result.seconds, 4),
+           "tokens_per_second": round(result.new_tokens / result.seconds, 3) if result.seconds else None,
+           "steps": result.steps, "first_token_seconds": result.first_token_seconds, "per_step": result.per_step,
+           "exact_match": reference is None or result.text == reference.text, **peak_memory_mb(device)}
+    if reference is not None and reference.seconds and result.seconds and reference.new_tokens:
+        row["speedup"] = round((result.new_tokens / result.seconds) / (reference.new_tokens / reference.seconds), 4)
+    elif reference is None:
+        row["speedup"] = 1.0
+    if strategy in ENGINE_STRATEGIES:
+        q = quality(record.document, result.text, result.token_spans)
+        row["attribution"] = {"kept": q.kept, "kept_attributed": q.kept_attributed, "attributed": q.attributed,
+                              "correct": q.correct}
+    return row, result
+
+
+# --- summary, table, chart ------------------------------------------------------------------------
+
+def ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list[dict]:
+    """One entry per task and strategy measured, pooled over its records."""
+    summary = []
+    ar_totals = {task: totals([r for r in rows if r["task"] == task and r["strategy"] == "ar"]) for task in tasks}
+    for task in tasks:
+        for strategy in strategies:
+            mine = [r for r in rows if r["task"] == task and r["strategy"] == strategy]
+            if not mine:
+                continue
+            tokens, seconds = totals(mine)
+            tps = ratio(tokens, seconds)
+            ar_tps = ratio(*ar_totals[task])
+            speedups = [r["speedup"] for r in mine if r.get("speedup") is not None]
+            steps = [r["steps"] for r in mine if r["steps"] is not None]
+            first = [r["first_token_seconds"] for r in mine if r["first_token_seconds"] is not None]
+            pooled = {k: sum(r["attribution"][k] for r in mine if "attribution" in r)
+                      for k in ("kept", "kept_attributed", "attributed", "correct")}
+            summary.append({
+                "task": task, "strategy": strategy, "records": len(mine), "new_tokens": tokens,
+                "seconds": round(seconds, 3), "tokens_per_second": tps,
+                "speedup_mean": sum(speedups) / len(speedups) if speedups else None,
+                "speedup_total": ratio(tps, ar_tps) if tps is not None and ar_tps else None,
+                "mean_accepted": ratio(tokens, sum(steps)) if len(steps) == len(mine) else None,
+                "exact_match": sum(r["exact_match"] for r in mine) / len(mine),
+                "first_token_seconds": sum(first) / len(first) if first else None,
+                "max_rss_mb": max(r["max_rss_mb"] for r in mine),
+                "cuda_peak_mb": max((r["cuda_peak_mb"] for r in mine if "cuda_peak_mb" in r), default=None),
+                "attribution_coverage": ratio(pooled["kept_attributed"], pooled["kept"])
+                if any("attribution" in r for r in mine) else None,
+                "attribution_precision": ratio(pooled["correct"], pooled["attributed"])
+                if any("attribution" in r for r in mine) else None,
+            })
+    return summary
+
+
+def totals(rows: list[dict]) -> tuple[int, float]:
+    return sum(r["new_tokens"] for r in rows), sum(r["seconds"] for r in rows)
+
+
+def fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def table(summary: list[dict], unavailable: dict[str, str]):
+    from rich.table import Table
+
+    cuda = any(s["cuda_peak_mb"] is not None for s in summary)
+    t = Table(title="assistant bench", caption="; ".join(f"{k}: unavailable ({v})" for k, v in unavailable.items()))
+    for name in ("task", "strategy", "n", "tok/s", "speedup (mean)", "speedup (total)", "accepted/step",
+                 "exact vs ar", "first token", "max RSS", *(["CUDA peak"] if cuda else []), "attr. coverage",
+                 "attr. precision"):
+        t.add_column(name, justify="left" if name in ("task", "strategy") else "right")
+    for s in summary:
+        t.add_row(s["task"], s["strategy"], str(s["records"]), fmt(s["tokens_per_second"], ".1f"),
+                  fmt(s["speedup_mean"], ".2f", "x"), fmt(s["speedup_total"], ".2f", "x"), fmt(s["mean_accepted"]),
+                  fmt(s["exact_match"], ".0%"), fmt(s["first_token_seconds"], ".3f", "s"),
+                  fmt(s["max_rss_mb"], ".0f", " MB"), *([fmt(s["cuda_peak_mb"], ".0f", " MB")] if cuda else []),
+                  fmt(s["attribution_coverage"], ".0%"), fmt(s["attribution_precision"], ".0%"))
+    return t
+
+
+def chart(summary: list[dict], rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(s["task"] for s in summary))
+    strategies = list(dict.fromkeys(s["strategy"] for s in summary))
+    fig, (bars, hist) = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / max(1, len(strategies))
+    for k, strategy in enumerate(strategies):
+        speed = {s["task"]: s["speedup_mean"] or 0.0 for s in summary if s["strategy"] == strategy}
+        bars.bar([i + k * width for i in range(len(tasks))], [speed.get(t, 0.0) for t in tasks], width,
+                 label=strategy)
+    bars.axhline(1.0, color="grey", linewidth=0.8)
+    bars.set_xticks([i + width * (len(strategies) - 1) / 2 for i in range(len(tasks))], tasks)
+    bars.set_ylabel("speedup over ar (mean per record)")
+    bars.legend(fontsize="small")
+    steps = {s: [n for r in rows if r["strategy"] == s for n in r["per_step"]] for s in strategies if s != "ar"}
+    steps = {s: v for s, v in steps.items() if v}
+    if steps:
+        top = max(max(v) for v in steps.values())
+        hist.hist(list(steps.values()), bins=range(1, top + 2), label=list(steps), align="left")
+        hist.legend(fontsize="small")
+    hist.set_xlabel("tokens gained per step")
+    hist.set_ylabel("steps")
+    hist.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def environment(assistant, args) -> dict:
+    import torch
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    loaded = assistant.loaded
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
+            "dtype": str(loaded.dtype).removeprefix("torch."), "model": loaded.name, "model_sha256": loaded.sha256,
+            "max_new_tokens": args.max_new_tokens, "command": " ".join(sys.argv)}
+
+
+def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted: bool, console) -> None:
+    summary = summarize(rows, plan_.tasks, plan_.strategies)
+    (plan_.out / "summary.json").write_text(json.dumps(
+        {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable, "results": summary},
+        indent=1) + "\n")
+    chart(summary, rows, plan_.out / "chart.png")
+    console.print(table(summary, runner.unavailable))
+    console.print(f"results in {plan_.out}/ (rows.jsonl, summary.json, chart.png)")
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    try:
+        plan_ = plan(args)
+    except BenchError as error:
+        print(f"assistant bench: {error}", file=sys.stderr)
+        return 2
+    from transformers.utils import logging as hf_logging
+
+    from .engine import Assistant, RewriteError
+    from .models import ModelError
+
+    hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
+    try:
+        assistant = Assistant(args.model, dtype=args.dtype, device=args.device)
+    except ModelError as error:
+        print(f"assistant bench: {error}", file=sys.stderr)
+        return 2
+    plan_.out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(assistant, plan_.max_new_tokens)
+    env = environment(assistant, args)
+    rows: list[dict] = []
+    interrupted = False
+    # Piped output would be cut to 80 columns, too narrow for the table.
+    console, progress_console = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
+    try:
+        strategies = runner.warm_up(runner.check(plan_.strategies), plan_.records[0])
+        with open(plan_.out / "rows.jsonl", "a") as jsonl, \
+                Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                         console=progress_console) as progress:
+            bar = progress.add_task("bench", total=len(plan_.records) * len(strategies))
+            for record in plan_.records:
+                reference = None
+                for strategy in strategies:
+                    progress.update(bar, description=f"{record.task} {record.id[:24]} {strategy}")
+                    try:
+                        row, result = measure(runner, strategy, record, reference)
+                    except RewriteError as error:  # e.g. a prompt longer than the model's context
+                        row, result = {"task": record.task, "id": record.id, "strategy": strategy,
+                                       "error": str(error)}, None
+                    jsonl.write(json.dumps(row) + "\n")
+                    jsonl.flush()
+                    if result is None:  # every strategy shares the prompt: the record cannot run at all
+                        progress.advance(bar, len(strategies) - strategies.index(strategy))
+                        break
+                    rows.append(row)
+                    reference = reference or result
+                    progress.advance(bar)
+    except KeyboardInterrupt:
+        interrupted = True
+        progress_console.print("interrupted: summarizing what was measured")
+    finish(plan_, runner, rows, env, interrupted, console)
+    return 130 if interrupted else 0
