@@ -1,0 +1,45 @@
+"""Shared fixtures: a tiny random Llama for the decode loop, and the real embedded model for the engine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+TINY_VOCAB = 64
+
+
+def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         initializer_range=initializer_range, bos_token_id=None, eos_token_id=None,
+                         pad_token_id=None, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """Randomly initialised: near-uniform next-token distributions, cheap forward passes."""
+    return make_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def peaky_model():
+    """The same architecture with larger weights, so sampled distributions are far from uniform and a
+    biased sampler shows up in a few hundred samples."""
+    return make_tiny_model(seed=99, initializer_range=0.5)
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    from assistant.engine import Assistant
+
+    return Assistant(dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def embedded_tokenizer(embedded):
+    return embedded.loaded.tokenizer
