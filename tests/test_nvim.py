@@ -55,8 +55,8 @@ if not attached then
 end
 
 assistant.rewrite(bufnr, nil, "Rename the function area to rectangle_area.")
-if not vim.wait(120000, function() return assistant.results[bufnr] ~= nil end, 100) then
-  return finish("the rewrite did not finish within 120 s")
+if not vim.wait(240000, function() return assistant.results[bufnr] ~= nil end, 100) then
+  return finish("the rewrite did not finish within 240 s")
 end
 -- The final attribution notification may trail the response slightly.
 vim.wait(2000, function() return assistant.spans[bufnr] ~= nil end, 50)
@@ -101,7 +101,7 @@ def test_rewrite_document_accept(tmp_path):
     proc = subprocess.run(
         ["nvim", "--headless", "-u", "NONE", "-i", "NONE",
          "--cmd", f"let g:assistant_test = json_decode('{args}')", "-c", f"luafile {script}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=420,
     )
     assert out.exists(), f"no report (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     report = json.loads(out.read_text())

@@ -272,6 +272,9 @@ local function start_client()
     name = "assistant",
     cmd = cmd,
     root_dir = config.root_dir or vim.loop.cwd(),
+    -- The server checks that each streamed edit landed by the document version it moved to, so
+    -- didChange must go out before the answer to workspace/applyEdit.
+    flags = { debounce_text_changes = 0 },
     handlers = {
       ["assistant/attribution"] = on_attribution,
       ["workspace/applyEdit"] = on_apply_edit,
