@@ -17,7 +17,8 @@ let client: LanguageClient | undefined;
 interface RewriteResult {
   uri: string;
   text: string;
-  stopped: boolean;
+  /** Why generation ended, "eos", "length", "stop" or "cancelled". */
+  stopped: string;
 }
 
 async function askInstruction(): Promise<string | undefined> {
@@ -72,7 +73,7 @@ async function rewrite(selection: boolean): Promise<void> {
 
 async function offerAcceptReject(document: vscode.TextDocument, result: RewriteResult | null): Promise<void> {
   const choice = await vscode.window.showInformationMessage(
-    result?.stopped ? "Rewrite stopped." : "Rewrite done.",
+    result?.stopped ? `Rewrite finished (${result.stopped}).` : "Rewrite finished.",
     "Accept",
     "Reject",
   );

@@ -192,8 +192,8 @@ local function run_rewrite(bufnr, command, arguments)
     rewriting[bufnr] = nil
     M.results[bufnr] = result or { error = err }
     if result then
-      local note = result.stopped and "stopped" or "done"
-      vim.notify("assistant: rewrite " .. note .. " (:AssistantAccept / :AssistantReject)", vim.log.levels.INFO)
+      local reason = result.stopped and (" (" .. tostring(result.stopped) .. ")") or ""
+      vim.notify("assistant: rewrite finished" .. reason .. ": :AssistantAccept or :AssistantReject", vim.log.levels.INFO)
     end
     vim.api.nvim_exec_autocmds("User", { pattern = "AssistantRewriteDone" })
   end)
