@@ -135,10 +135,7 @@ class ModelHolder:
 
     def load(self) -> None:
         try:
-            assistant = self.factory()
-            if hasattr(assistant, "forward_costs"):  # measured once; do it now, not on the first request
-                assistant.forward_costs()
-            self.assistant = assistant
+            self.assistant = self.factory()
         except Exception as error:  # ModelError and friends: /healthz reports it
             self.error = f"{type(error).__name__}: {error}"
         finally:
