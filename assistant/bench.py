@@ -442,7 +442,7 @@ def run(args) -> int:
     console, progress_console = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
     try:
         strategies = runner.warm_up(runner.check(plan_.strategies), plan_.records[0])
-        with open(plan_.out / "rows.jsonl", "a") as jsonl, \
+        with open(plan_.out / "rows.jsonl", "w") as jsonl, \
                 Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                          console=progress_console) as progress:
             bar = progress.add_task("bench", total=len(plan_.records) * len(strategies))
