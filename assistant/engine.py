@@ -11,7 +11,6 @@ see their place in the queue as `Queued` events.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -133,6 +132,7 @@ class Assistant:
         self.strategy = check_strategy(strategy)
         self.loaded = models.load(model, dtype, device)
         self.tuned = calibration.tuned(self.loaded)
+        self.forward_costs = draft_length.forward_costs(self.loaded)  # measured once per machine, then read
         self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self._queue = TurnQueue()
 
@@ -141,10 +141,6 @@ class Assistant:
         ids = self.loaded.model.generation_config.eos_token_id
         ids = ids if isinstance(ids, list) else [ids]
         return frozenset(i for i in ids + [self.loaded.tokenizer.eos_token_id] if i is not None)
-
-    @functools.cache
-    def forward_costs(self) -> dict[int, float]:
-        return draft_length.forward_costs(self.loaded)
 
     def drafter(self, strategy: str):
         if strategy == "ar":
@@ -195,7 +191,7 @@ class Assistant:
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, temperature, top_k, top_p)
         generation = self._generate(prompt, document, target, self.drafter(strategy), max_new_tokens,
                                     Sampling(temperature, top_k, top_p, seed), tuple(stop), cancel,
-                                    draft_tokens or AdaptiveDraftLength(self.forward_costs(), self.tuned.draft_tokens))
+                                    draft_tokens or AdaptiveDraftLength(self.forward_costs, self.tuned.draft_tokens))
         return self._in_turn(generation, cancel)
 
     def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:

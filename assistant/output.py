@@ -21,7 +21,7 @@ class Span:
     source: tuple[int, int] | None  # character range in the document it was copied from
 
     def to_json(self) -> dict:
-        return {"output": list(self.output), "source": list(self.source)}
+        return {"output": list(self.output), "source": list(self.source) if self.source else None}
 
 
 class Detokenizer:
