@@ -198,10 +198,10 @@ def code_actions(uri: str, range_: types.Range) -> list[types.CodeAction]:
 
 async def engine(ls: AssistantServer):
     """The loaded model, waiting (with a progress bar) while it loads; an error if loading failed."""
-    if not ls.engine.done():
-        async with progress(ls, "Assistant", "loading model"):
-            await asyncio.wrap_future(ls.engine)
     try:
+        if not ls.engine.done():
+            async with progress(ls, "Assistant", "loading model"):
+                await asyncio.wrap_future(ls.engine)
         return ls.engine.result()
     except Exception as error:  # noqa: BLE001 - whatever broke the load is the request's answer
         raise JsonRpcInvalidRequest(f"the model failed to load: {error}") from error
@@ -407,12 +407,13 @@ async def reject(ls: AssistantServer, uri: str) -> dict:
     job.follow(document.source)
     if job.undo is None:
         raise JsonRpcInvalidRequest("the rewritten text was edited since; use the editor's undo")
+    version = document.version  # the document object changes in place when the edit lands
     edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=document.version),
+        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
         edits=[types.TextEdit(range=ranges.range_at(document.source, job.start, job.end), new_text=job.undo)])])
     answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="assistant: reject"))
     now = ls.workspace.text_documents.get(uri)
-    if not answer.applied or now is None or now.version == document.version:
+    if not answer.applied or now is None or now.version is None or version is None or now.version <= version:
         raise JsonRpcInvalidRequest(f"the editor did not restore the original text: {answer.failure_reason or 'stale'}")
     del ls.rewrites[uri]
     ls.protocol.notify(ATTRIBUTION, {"uri": uri, "version": now.version, "spans": []})
