@@ -1,0 +1,183 @@
+"""`assistant rewrite` end to end, through a subprocess, with the real embedded model.
+
+Bad input is refused before the model loads, so those tests are fast; the model runs are kept
+short (few new tokens, tiny files) because each one loads the model afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAST = ["--max-new-tokens", "8"]
+CODE = "def add(a, b):\n    return a + b\n"
+
+
+def rewrite(*args: str, stdin: str | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "assistant.cli", "rewrite", *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- refused before the model loads ---
+
+@pytest.fixture
+def code(tmp_path) -> Path:
+    return write(tmp_path / "code.py", CODE)
+
+
+def test_bad_files_are_refused_untouched(tmp_path):
+    """One run over every kind of bad file: each is named in a message and none is touched."""
+    bad = {"missing": tmp_path / "nope.py", "directory": tmp_path / "folder",
+           "binary": write(tmp_path / "b.bin", b"ab\x00cd\n"), "empty": write(tmp_path / "e.txt", ""),
+           "blank": write(tmp_path / "blank.txt", "\n \n"),
+           "latin-1": write(tmp_path / "l.txt", "caf\xe9\n".encode("latin-1")),
+           "lines outside": write(tmp_path / "c.py", CODE)}
+    bad["directory"].mkdir()
+    before = {name: path.read_bytes() for name, path in bad.items() if path.is_file()}
+    done = rewrite(*map(str, bad.values()), "-i", "x", "--in-place", "--lines", "2:9", timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    for needle in ("no such file", "is a directory", "binary", "is empty", "not valid UTF-8", "--encoding",
+                   "--lines 2:9 is outside the file, which has 2 lines"):
+        assert needle in done.stderr
+    assert {name: path.read_bytes() for name, path in bad.items() if path.is_file()} == before
+    assert leftovers(tmp_path) == [] and not list(tmp_path.glob("*~"))
+
+
+def test_unreadable_file_is_refused(code):
+    code.chmod(0)
+    try:
+        if os.access(code, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+        done = rewrite(str(code), "-i", "x", timeout=120)
+        assert done.returncode == 1 and "cannot read" in done.stderr
+    finally:
+        code.chmod(0o644)
+
+
+def test_usage_errors_exit_2_through_the_command(code):
+    done = rewrite(str(code), "-i", "x", "--diff", "--json", timeout=120)
+    assert done.returncode == 2 and "--diff and --json" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-i", "  "], "instruction is empty"),
+    (["-i", "x", "--diff", "--json"], "--diff and --json"),
+    (["-", "-i", "x", "--in-place"], "cannot replace stdin"),
+    (["{code}", "-i", "x", "-o", "out.py"], "single input"),
+    (["-i", "x", "--lines", "three"], "--lines wants"),
+    (["-i", "x", "--no-backup"], "--no-backup goes with --in-place"),
+])
+def test_usage_errors(code, capsys, args, message):
+    """The option checks themselves, in-process: each would cost a slow interpreter start otherwise."""
+    from assistant.cli import main
+
+    assert main(["rewrite", str(code), *[a.replace("{code}", str(code)) for a in args]]) == 2
+    assert message in capsys.readouterr().err
+    assert code.read_text() == CODE
+
+
+def test_a_bad_file_does_not_stop_the_others_and_sets_the_exit_code(tmp_path, code):
+    done = rewrite(str(tmp_path / "missing.py"), str(code), "-i", "Rename add to plus.", "--json", *FAST)
+    assert done.returncode == 1 and "missing.py: no such file" in done.stderr
+    record = json.loads(done.stdout)
+    assert record["path"] == str(code) and record["text"]
+
+
+# --- with the model ---
+
+def check_spans(record: dict, source: str) -> None:
+    for span in record["spans"]:
+        (a, b), (c, d) = span["output"], span["source"]
+        assert record["text"][a:b] == source[c:d]
+
+
+def test_json_spans_line_endings_and_long_documents(tmp_path):
+    """One run, two files: a CRLF file cut into several pieces, and a file without a final newline."""
+    paragraphs = ["def one():\r\n    return 1\r\n", "def two():\r\n    return 2\r\n",
+                  "def three():\r\n    return 3\r\n"]
+    long_text = "\r\n\r\n".join(paragraphs)
+    long = write(tmp_path / "long.py", long_text)
+    short = write(tmp_path / "short.txt", "Hello wrold")
+    done = rewrite(str(long), str(short), "-i", "Copy the text exactly.", "--json", "--max-piece-tokens", "12",
+                   *FAST)
+    assert done.returncode == 0, done.stderr
+    first, second = (json.loads(line) for line in done.stdout.splitlines())
+    assert first["path"] == str(long) and len(first["pieces"]) == 3
+    check_spans(first, long_text)
+    text = first["text"]
+    assert "\n" not in text.replace("\r\n", "") and text.endswith("\r\n")
+    # The seams between pieces are kept verbatim: three rewritten blocks, separated by blank lines.
+    assert text.count("\r\n\r\n") >= 2
+    assert first["stats"]["new_tokens"] > 0 and first["stats"]["steps"] > 0
+    check_spans(second, "Hello wrold")
+    assert not second["text"].endswith("\n")
+    assert "copied" in done.stderr and "tokens/s" in done.stderr
+
+
+def test_diff_with_lines_keeps_the_rest(tmp_path):
+    text = "# Title\n\nFirst line stays.\nfix teh speling here\nLast line stays.\n"
+    path = write(tmp_path / "notes.md", text)
+    done = rewrite(str(path), "-i", "Fix the spelling.", "--diff", "--lines", "4:4", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"--- a/{path}\n+++ b/{path}\n")
+    changed = [line for line in done.stdout.splitlines()[2:] if line[:1] in "+-" and line]
+    assert all("speling" in line or line.startswith("+") for line in changed)
+    assert path.read_text() == text
+
+
+def test_stdin_to_stdout():
+    done = rewrite("-", "-i", "Copy the text exactly.", *FAST, "--quiet", stdin=CODE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("\n") and done.stdout.strip() and done.stderr.count("copied") == 0
+
+
+@pytest.mark.parametrize("backup", [True, False])
+def test_in_place(tmp_path, backup):
+    path = write(tmp_path / "code.py", CODE)
+    path.chmod(0o640)
+    done = rewrite(str(path), "-i", "Rename add to plus.", "--in-place", *FAST, *([] if backup else ["--no-backup"]))
+    assert done.returncode == 0, done.stderr
+    assert (path.stat().st_mode & 0o777) == 0o640 and path.read_text().endswith("\n")
+    backup_file = tmp_path / "code.py~"
+    assert backup_file.exists() == backup
+    if backup:
+        assert backup_file.read_text() == CODE
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupted_in_place_leaves_the_original(tmp_path):
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
+    path = write(tmp_path / "many.py", text)
+    process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i",
+                                "Add a docstring to every function.", "--in-place", "--max-new-tokens", "400"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_generation(process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert path.read_text() == text
+    assert leftovers(tmp_path) == [] and not (tmp_path / "many.py~").exists()
+
+
+def wait_for_generation(process: subprocess.Popen) -> None:
+    """Return a moment after the weights are loaded, so the interrupt lands during generation."""
+    for line in iter(process.stderr.readline, ""):
+        if "Loading weights" in line or "272/272" in line:
+            break
+    time.sleep(4)
