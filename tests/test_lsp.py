@@ -182,6 +182,44 @@ async def test_cancel_mid_stream_leaves_a_consistent_buffer(client: LanguageClie
     assert client.editor.buffers[uri][0] == CODE[:ADD[0]] + result["text"] + CODE[ADD[1]:]
 
 
+async def test_progress_cancel_stops_the_rewrite(client: LanguageClient):
+    uri = open_buffer(client, "progress-cancel")
+
+    def cancel(client, uri, edit):
+        token = next(token for token, reports in reversed(client.progress_reports.items())
+                     if reports and getattr(reports[0], "title", "") == "Assistant rewrite")
+        client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
+        return True
+
+    client.editor.on_edit[uri] = cancel
+    result = await rewrite_selection(client, uri, *ADD, "add docstrings")
+    assert result["stopped"] == "cancelled"
+    assert client.editor.buffers[uri][0] == CODE[:ADD[0]] + result["text"] + CODE[ADD[1]:]
+
+
+async def test_cancel_request_stops_the_rewrite(client: LanguageClient):
+    uri = open_buffer(client, "cancel-request")
+
+    def cancel(client, uri, edit):
+        client.protocol.notify("$/cancelRequest", types.CancelParams(id="rewrite-to-cancel"))
+        return True
+
+    client.editor.on_edit[uri] = cancel
+    request = client.protocol.send_request_async(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
+        command="assistant.rewriteSelection", arguments=[uri, lsp_range(CODE, *ADD), "add docstrings"]),
+        msg_id="rewrite-to-cancel")
+    with pytest.raises(Exception, match="cancel"):
+        await request
+    while True:  # the cancelled request answers at once; the rewrite then stops and writes its last edit
+        try:
+            await command(client, "assistant.accept", uri)
+            break
+        except Exception:
+            await asyncio.sleep(0.1)
+    text = client.editor.buffers[uri][0]
+    assert text.startswith(CODE[:ADD[0]]) and text.endswith(CODE[ADD[1]:])
+
+
 async def test_typing_inside_the_target_stops_the_rewrite(client: LanguageClient):
     uri = open_buffer(client, "inside")
     messages = len(client.messages)
