@@ -213,6 +213,7 @@ class progress:
     def __init__(self, ls: AssistantServer, title: str, message: str, cancel: threading.Event | None = None):
         self.ls, self.title, self.message, self.cancel = ls, title, message, cancel
         self.token: str | None = None
+        self.outcome: str | None = None  # shown when the progress ends
 
     async def __aenter__(self):
         window = self.ls.client_capabilities.window
@@ -236,7 +237,7 @@ class progress:
 
     async def __aexit__(self, *exc):
         if self.token is not None:
-            self.ls.work_done_progress.end(self.token, types.WorkDoneProgressEnd())
+            self.ls.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=self.outcome))
             self.ls.work_done_progress.tokens.pop(self.token, None)
 
 
@@ -250,13 +251,13 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
         selection = ranges.offsets_of(text, target) if target is not None else None
     except ValueError as error:
         raise JsonRpcInvalidParams(f"the range is outside the document: {error}") from error
-    current = ls.rewrites.get(uri)
-    if current is not None and current.running:
-        raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
     model = await engine(ls)
     document = open_document(ls, uri)  # it may have changed or closed while the model loaded
     if document.source != text:
         raise JsonRpcInvalidRequest(f"{uri} changed while the model loaded; ask again")
+    current = ls.rewrites.get(uri)
+    if current is not None and current.running:
+        raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
     start, end = selection or (0, len(text))
     job = Rewrite(uri, text, start, end)
     ls.rewrites[uri] = job
@@ -325,6 +326,7 @@ async def stream(ls: AssistantServer, job: Rewrite, events):
                     written, last_edit = output, time.monotonic()
             else:
                 result = event
+                bar.outcome = event.stopped
         await worker
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure

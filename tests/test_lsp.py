@@ -218,6 +218,8 @@ async def test_cancel_request_stops_the_rewrite(client: LanguageClient):
             await asyncio.sleep(0.1)
     text = client.editor.buffers[uri][0]
     assert text.startswith(CODE[:ADD[0]]) and text.endswith(CODE[ADD[1]:])
+    ends = [r for reports in client.progress_reports.values() for r in reports if isinstance(r, types.WorkDoneProgressEnd)]
+    assert ends[-1].message == "cancelled"
 
 
 async def test_typing_inside_the_target_stops_the_rewrite(client: LanguageClient):
