@@ -26,7 +26,6 @@ from pygls.protocol import LanguageServerProtocol
 from . import ranges
 from .rewrite import Rewrite
 
-log = logging.getLogger(__name__)
 
 EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-highlight on each
 ATTRIBUTION = "assistant/attribution"
