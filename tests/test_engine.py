@@ -1,0 +1,258 @@
+"""The engine on the real embedded SmolLM2-135M (float32): greedy drafting equals plain decoding on
+benchmark documents, attribution names exactly the characters shown, the event stream, stop strings,
+cancellation, request checks, and how bfloat16 drafting diverges (only at near-ties)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from assistant import data
+from assistant.decoding import decode
+from assistant.engine import Delta, Queued, Result, RewriteError, result_of
+
+# 2 x 15 shortest benchmark documents, 32 new tokens each, 3 strategies. On a loaded 2-core machine that
+# takes minutes; ASSISTANT_TEST_PROMPTS / ASSISTANT_TEST_TOKENS shrink it for a quick run.
+PER_TASK = int(os.environ.get("ASSISTANT_TEST_PROMPTS", "15"))
+MAX_NEW = int(os.environ.get("ASSISTANT_TEST_TOKENS", "24"))
+
+
+@pytest.fixture(scope="module")
+def records():
+    chosen = []
+    for task in ("text-edit", "code-edit"):
+        chosen += sorted(data.load(task), key=lambda r: len(r.document))[:PER_TASK]
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def strategies(embedded):
+    return ["ar", "pld", "pld+h"]  # pld+a: see test_attention_strategy_equals_plain_decoding
+
+
+@pytest.fixture(scope="module")
+def results(embedded, records, strategies):
+    """Every record decoded greedily with every strategy, once for all the tests below."""
+    out = {}
+    started = time.perf_counter()
+    for record in records:
+        for strategy in strategies:
+            out[record.id, strategy] = embedded.rewrite_text(record.document, record.instruction, strategy=strategy,
+                                                            max_new_tokens=MAX_NEW)
+    print(f"\n{len(out)} rewrites in {time.perf_counter() - started:.1f}s")
+    return out
+
+
+def test_greedy_drafting_equals_plain_decoding(records, results, strategies):
+    drafted = 0
+    for record in records:
+        expected = results[record.id, "ar"]
+        for strategy in strategies[1:]:
+            got = results[record.id, strategy]
+            assert got.text == expected.text, f"{record.task} {record.id} {strategy}"
+            assert got.stats.new_tokens == expected.stats.new_tokens
+            assert got.stopped == expected.stopped
+            drafted += got.stats.accepted
+    assert drafted > 0, "no draft was accepted: the comparison would be vacuous"
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: drafters.py AttentionDraft.propose runs head_attention "
+                   "outside torch.inference_mode(); the scores require grad and .numpy() raises RuntimeError")
+def test_attention_strategy_equals_plain_decoding(embedded, records, results):
+    if not embedded.tuned.heads:
+        pytest.skip("no tuned induction heads for this model (assistant/tuned/ has none): pld+a cannot run")
+    for record in records[:3] + records[PER_TASK:PER_TASK + 3]:
+        got = embedded.rewrite_text(record.document, record.instruction, strategy="pld+a", max_new_tokens=MAX_NEW)
+        assert got.text == results[record.id, "ar"].text
+
+
+def test_attribution_names_exactly_the_characters_shown(records, results):
+    attributed = 0
+    for record in records:
+        for (record_id, strategy), result in results.items():
+            if record_id != record.id:
+                continue
+            text, document = result.text, record.document
+            end = 0
+            for span in result.token_spans:
+                assert end <= span.output[0] <= span.output[1] <= len(text)
+                end = span.output[1]
+                if span.source is not None:
+                    attributed += 1
+                    s, e = span.source
+                    assert 0 <= s < e <= len(document)
+                    assert document[s:e] == text[span.output[0]:span.output[1]]
+            previous = None
+            for span in result.spans:
+                assert span.source is not None and span.output[0] < span.output[1]
+                s, e = span.source
+                assert document[s:e] == text[span.output[0]:span.output[1]]
+                if previous is not None:
+                    assert previous.output[1] <= span.output[0], "merged spans overlap or go backwards"
+                    assert not (previous.output[1] == span.output[0] and previous.source[1] == s), "unmerged"
+                previous = span
+            # Merging loses nothing: every attributed token lies inside one merged span.
+            for span in result.token_spans:
+                if span.source is not None:
+                    assert any(m.output[0] <= span.output[0] and span.output[1] <= m.output[1]
+                               and m.source[0] - m.output[0] == span.source[0] - span.output[0] for m in result.spans)
+    assert attributed > 0
+
+
+def test_stop_string_ends_the_text_before_it(embedded, records, results):
+    tried = 0
+    for record in records:
+        expected = results[record.id, "ar"].text
+        if len(expected) < 30:
+            continue
+        marker = expected[15:19]
+        cut = expected.find(marker)
+        for strategy in ("ar", "pld+h"):
+            result = embedded.rewrite_text(record.document, record.instruction, strategy=strategy,
+                                           max_new_tokens=MAX_NEW, stop=(marker,))
+            assert result.stopped == "stop"
+            assert result.text == expected[:cut]
+        tried += 1
+        if tried == 3:
+            break
+    assert tried
+
+
+def test_event_stream_queue_deltas_and_result(embedded, records):
+    record = records[0]
+    first = embedded.rewrite(record.document, record.instruction, strategy="pld", max_new_tokens=12)
+    assert isinstance(next(first), Delta)  # the first request now holds the model
+    events, waiting = [], threading.Event()
+
+    def second():
+        for event in embedded.rewrite(record.document, record.instruction, strategy="pld+h", max_new_tokens=MAX_NEW):
+            events.append(event)
+            if isinstance(event, Queued):
+                waiting.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    assert waiting.wait(30), "the second request never reported its place in the queue"
+    rest = list(first)
+    thread.join(120)
+    assert not thread.is_alive()
+    assert isinstance(rest[-1], Result)
+    assert isinstance(events[0], Queued) and events[0].ahead == 1
+    assert all(isinstance(e, Queued) for e in events[:events.index(next(e for e in events if not isinstance(e, Queued)))])
+    result = events[-1]
+    assert isinstance(result, Result) and sum(isinstance(e, Result) for e in events) == 1
+    deltas = [e for e in events if isinstance(e, Delta)]
+    assert "".join(d.text for d in deltas) == result.text
+    assert sum(d.new_tokens for d in deltas) == result.stats.new_tokens
+    assert [s for d in deltas for s in d.tokens] == result.token_spans
+
+
+def test_cancel_mid_stream(embedded, records):
+    record = records[1]
+    cancel = threading.Event()
+    events = embedded.rewrite(record.document, record.instruction, strategy="pld+h", max_new_tokens=MAX_NEW,
+                              cancel=cancel)
+    assert isinstance(next(events), Delta)
+    cancel.set()
+    result = result_of(events)
+    assert result.stopped == "cancelled"
+    assert result.stats.new_tokens < MAX_NEW
+
+
+def test_cancel_before_start(embedded, records):
+    cancel = threading.Event()
+    cancel.set()
+    result = embedded.rewrite_text(records[0].document, records[0].instruction, max_new_tokens=8, cancel=cancel)
+    assert result.stopped == "cancelled" and result.text == "" and result.stats.new_tokens == 0
+
+
+def test_closing_a_stream_early_releases_the_model(embedded, records):
+    record = records[0]
+    events = embedded.rewrite(record.document, record.instruction, strategy="ar", max_new_tokens=MAX_NEW)
+    next(events)
+    events.close()
+    result = embedded.rewrite_text(record.document, record.instruction, strategy="ar", max_new_tokens=4)
+    assert result.stats.new_tokens == 4
+
+
+@pytest.mark.parametrize("document, instruction, options", [
+    ("some text", "", {}),
+    ("some text", "   \n\t", {}),
+    ("", "fix it", {}),
+    ("   \n", "fix it", {}),
+    ("a\x00b", "fix it", {}),
+    ("some text", "fix it", {"selection": (3, 3)}),
+    ("some text", "fix it", {"selection": (-1, 4)}),
+    ("some text", "fix it", {"selection": (2, 100)}),
+    ("some text", "fix it", {"max_new_tokens": 0}),
+    ("some text", "fix it", {"max_new_tokens": 10 ** 6}),
+    ("some text", "fix it", {"strategy": "medusa"}),
+    ("some text", "fix it", {"temperature": -1.0}),
+    ("some text", "fix it", {"top_p": 0.0}),
+    ("word " * 20000, "fix it", {}),
+], ids=["empty instruction", "blank instruction", "empty document", "blank document", "NUL", "empty selection",
+        "negative selection", "selection past the end", "zero tokens", "too many tokens", "unknown strategy",
+        "negative temperature", "zero top_p", "prompt too long"])
+def test_bad_requests_raise_rewrite_error(embedded, document, instruction, options):
+    with pytest.raises(RewriteError):
+        embedded.rewrite(document, instruction, **options)
+
+
+def test_selection_rewrite_attributes_into_the_whole_document(embedded, records):
+    record = records[2]
+    start, end = len(record.document) // 3, 2 * len(record.document) // 3
+    result = embedded.rewrite_text(record.document, record.instruction, selection=(start, end), max_new_tokens=16)
+    for span in result.token_spans:
+        if span.source is not None:
+            assert record.document[span.source[0]:span.source[1]] == result.text[span.output[0]:span.output[1]]
+
+
+# --- bfloat16 -------------------------------------------------------------------------------------------------
+
+BF16_PROMPTS = min(8, 2 * PER_TASK)
+# In bfloat16 a logit carries 8 significant bits: at the magnitudes of this model's logits (about 10 to 30)
+# neighbouring representable values are 0.06 to 0.125 apart, and a forward over k+1 tokens accumulates its
+# matrix products in a different order than k+1 one-token forwards, moving logits by a few such steps.
+# So drafting may legitimately pick another token only where the top two logits are within a few steps:
+# a gap under 0.5 (4 to 8 steps). A divergence at a larger gap would be a real bug, not rounding.
+NEAR_TIE = 0.5
+
+
+def test_bfloat16_drafting_diverges_only_at_near_ties(records, record_property):
+    from assistant.engine import Assistant
+
+    assistant = Assistant(dtype="bfloat16", prefix_cache_mb=0)
+    model = assistant.loaded.model
+    chosen = records[:BF16_PROMPTS // 2] + records[PER_TASK:PER_TASK + BF16_PROMPTS // 2]
+    diverged, gaps = 0, []
+    for record in chosen:
+        prompt = assistant.prompt(record.document, record.instruction).ids
+
+        def tokens(strategy):
+            steps = decode(model, prompt, assistant.drafter(strategy), max_new_tokens=MAX_NEW, draft_tokens=8,
+                           eos=assistant.eos)
+            return [t for s in steps for t in s.tokens]
+
+        plain, drafted = tokens("ar"), tokens("pld+h")
+        if plain == drafted:
+            continue
+        diverged += 1
+        at = next((i for i, (a, b) in enumerate(zip(plain, drafted)) if a != b), min(len(plain), len(drafted)))
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt + plain[:at]])).logits[0, -1].float()
+        top = torch.topk(logits, 2).values
+        gap = float(top[0] - top[1])
+        pair = [t for t in (plain[at] if at < len(plain) else None, drafted[at] if at < len(drafted) else None)
+                if t is not None]
+        pair_gap = float(logits[pair].max() - logits[pair].min()) if len(pair) == 2 else gap
+        gaps.append(round(max(gap, pair_gap), 4))
+        print(f"\n{record.task} {record.id}: diverges at token {at}: top-2 gap {gap:.4f}, "
+              f"gap between the two choices {pair_gap:.4f}")
+    summary = f"bfloat16 pld+h vs ar: {diverged}/{len(chosen)} outputs diverge; gaps at divergence {gaps}"
+    print("\n" + summary)
+    record_property("bfloat16_divergence", summary)
+    assert all(g < NEAR_TIE for g in gaps), summary
