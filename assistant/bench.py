@@ -272,7 +272,8 @@ def measure(runner: Runner, strategy: str, record: data.Record, reference: Run |
            "seconds": round(result.seconds, 4),
            "tokens_per_second": round(result.new_tokens / result.seconds, 3) if result.seconds else None,
            "steps": result.steps, "first_token_seconds": result.first_token_seconds, "per_step": result.per_step,
-           "exact_match": reference is None or result.text == reference.text, **peak_memory_mb(device)}
+           "exact_match": reference is None or result.text == reference.text, **peak_memory_mb(device),
+           "text": result.text}  # kept so that a mismatch with ar can be inspected afterwards
     if reference is not None and reference.seconds and result.seconds and reference.new_tokens:
         row["speedup"] = round((result.new_tokens / result.seconds) / (reference.new_tokens / reference.seconds), 4)
     elif reference is None:
@@ -293,7 +294,6 @@ def ratio(a: float, b: float) -> float | None:
 def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list[dict]:
     """One entry per task and strategy measured, pooled over its records."""
     summary = []
-    ar_totals = {task: totals([r for r in rows if r["task"] == task and r["strategy"] == "ar"]) for task in tasks}
     for task in tasks:
         for strategy in strategies:
             mine = [r for r in rows if r["task"] == task and r["strategy"] == strategy]
@@ -301,7 +301,8 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
                 continue
             tokens, seconds = totals(mine)
             tps = ratio(tokens, seconds)
-            ar_tps = ratio(*ar_totals[task])
+            ids = {r["id"] for r in mine}  # the same records, also when a run was cut short
+            ar_tps = ratio(*totals([r for r in rows if r["task"] == task and r["strategy"] == "ar" and r["id"] in ids]))
             speedups = [r["speedup"] for r in mine if r.get("speedup") is not None]
             steps = [r["steps"] for r in mine if r["steps"] is not None]
             first = [r["first_token_seconds"] for r in mine if r["first_token_seconds"] is not None]
