@@ -10,8 +10,9 @@ whitespace around it (the seams) and everything outside the region are kept verb
 models tend to drop leading and trailing newlines and the seams would otherwise fuse.
 
 `rewrite` yields the engine's own events: Deltas whose texts, joined, are the whole new
-document (kept text comes as Deltas without tokens), output offsets in the new document and
-source offsets in the old one, then one Result for the whole document.
+document, output offsets in the new document and source offsets in the old one, then one Result
+for the whole document. Kept text comes as Deltas without new tokens whose span attributes it to
+its own place in the document (it is a verbatim copy); the stats count generated tokens only.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def rewrite(assistant: Assistant, document: str, instruction: str, pieces: list[
     A bad request raises RewriteError before anything is yielded.
     """
     whole = pieces == [(0, len(document))]
-    requests = []  # (kept text before the piece, piece core, its event stream)
+    requests = []  # (where the kept text before the piece starts, that text, the piece's event stream)
     at = 0
     for piece in pieces:
         start, end = (0, len(document)) if whole else core(document, piece)
@@ -121,18 +122,26 @@ def rewrite(assistant: Assistant, document: str, instruction: str, pieces: list[
             continue  # whitespace only: kept as it is
         events = assistant.rewrite(document, instruction, selection=None if whole else (start, end),
                                    max_new_tokens=max_new_tokens, temperature=temperature, cancel=cancel)
-        requests.append((document[at:start], events))
+        requests.append((at, document[at:start], events))
         at = end
-    return _stitch(requests, document[at:], cancel, on_piece)
+    return _stitch(requests, (at, document[at:]), cancel, on_piece)
 
 
 def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
     text, shown, results = "", [], []
+
+    def keep(start: int, kept: str) -> Delta:
+        """Kept text, attributed to where it stands in the document: it is a verbatim copy."""
+        nonlocal text
+        span = Span((len(text), len(text) + len(kept)), (start, start + len(kept)))
+        text += kept
+        shown.append(span)
+        return Delta(kept, [span], 0, 0, 0, 0.0)
+
     try:
-        for done, (kept, events) in enumerate(requests, 1):
+        for done, (start, kept, events) in enumerate(requests, 1):
             if kept:
-                text += kept
-                yield Delta(kept, [], 0, 0, 0, 0.0)
+                yield keep(start, kept)
             base = len(text)
             for event in events:
                 if isinstance(event, Queued):
@@ -148,11 +157,10 @@ def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
             if cancel is not None and cancel.is_set():
                 break
         else:
-            if tail:
-                text += tail
-                yield Delta(tail, [], 0, 0, 0, 0.0)
+            if tail[1]:
+                yield keep(*tail)
     finally:
-        for _, events in requests:
+        for _, _, events in requests:
             events.close()
     yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), shown)
 

@@ -240,17 +240,17 @@ def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is impo
     return shown
 
 
-def summary(result, steps: list, generated_chars: int) -> str:
+def summary(result, steps: list) -> str:
     """Closing line: share copied, speed, mean accepted and an estimated speedup over plain decoding.
 
     Plain decoding takes one step per token; a step here that drafted nothing is such a plain step,
     so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent."""
     stats = result.stats
     copied = sum(b - a for a, b in (span.output for span in result.spans))
-    share = copied / generated_chars if generated_chars else 0.0
+    share = copied / len(result.text) if result.text else 0.0
     plain = [seconds for drafted, seconds in steps if drafted == 0]
     spent = sum(seconds for _, seconds in steps)
-    line = (f"{share:.0%} copied, {stats.new_tokens} tokens in {stats.steps} steps, "
+    line = (f"{share:.0%} of the text copied from the file, {stats.new_tokens} tokens in {stats.steps} steps, "
             f"{stats.tokens_per_second:.1f} tokens/s, {stats.mean_accepted:.2f} tokens/step")
     if plain and spent:
         speedup = stats.new_tokens * (sum(plain) / len(plain)) / spent
@@ -294,11 +294,11 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
 
     pieces = long_documents.plan(assistant, source.text, instruction, source.selection, args.max_piece_tokens)
     stream_to_terminal = console is not None
-    progress = Progress(source.path, len(pieces), args.quiet or stream_to_terminal)
     events = long_documents.rewrite(assistant, source.text, instruction, pieces, max_new_tokens=args.max_new_tokens,
                                     temperature=args.temperature,
                                     on_piece=lambda done: progress.update(done=done))
-    steps, tokens, spent, generated, result = [], 0, 0.0, 0, None
+    progress = Progress(source.path, len(pieces), args.quiet or stream_to_terminal)  # after a refusal could come
+    steps, tokens, spent, shown, result = [], 0, 0.0, 0, None  # shown: characters streamed so far
     try:
         for event in events:
             if isinstance(event, Delta):
@@ -307,17 +307,16 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
                     tokens, spent = tokens + event.new_tokens, spent + event.seconds
                     progress.update(speed=f"{tokens / spent if spent else 0.0:.1f} tokens/s")
                 if stream_to_terminal:
-                    console.print(styled(event.text, event.tokens, generated), end="")
-                generated += len(event.text)
+                    console.print(styled(event.text, event.tokens, shown), end="")
+                shown += len(event.text)
             elif isinstance(event, Result):
                 result = event
     finally:
         events.close()
         progress.close()
-    kept = len(source.text) - sum(e - s for s, e in (long_documents.core(source.text, p) for p in pieces))
     finish(source, result, pieces, args, stream_to_terminal)
     if not args.quiet:
-        print(f"{source.path}: {summary(result, steps, len(result.text) - kept)}", file=sys.stderr)
+        print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
 
 
 def finish(source: Source, result, pieces: list, args, streamed: bool) -> None:
@@ -376,17 +375,16 @@ def run(args) -> int:
         from .engine import Assistant
 
         assistant = Assistant(args.model, strategy=args.strategy, dtype=args.dtype, device=args.device)
-    except (RewriteError, ModelError, OSError) as error:
+        console = terminal_console(args)
+        for source in sources:
+            try:
+                rewrite_one(assistant, source, instruction, args, console)
+            except (Refused, RewriteError, OSError, UnicodeEncodeError) as error:
+                failed = complain(f"{source.path}: {error}" if isinstance(error, RewriteError) else error, FAILED)
+    except (RewriteError, ModelError, OSError) as error:  # loading the model
         return complain(error, FAILED)
-    console = terminal_console(args)
-    for source in sources:
-        try:
-            rewrite_one(assistant, source, instruction, args, console)
-        except (Refused, RewriteError, OSError, UnicodeEncodeError) as error:
-            failed = complain(f"{source.path}: {error}" if isinstance(error, RewriteError) else error, FAILED)
-        except KeyboardInterrupt:
-            print("assistant rewrite: interrupted; files left as they were", file=sys.stderr)
-            return 130
+    except KeyboardInterrupt:
+        return complain("interrupted; the file being rewritten was left as it was", 130)
     return FAILED if failed else 0
 
 
