@@ -229,14 +229,22 @@ def current_umask() -> int:
 
 # --- showing ---
 
+COPIED, GENERATED = "dim", "bold cyan"  # copied text recedes, what the model wrote stands out
+
+
 def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is imported lazily
-    """A Delta's text shaded: copied characters dim, generated ones bold."""
+    """A Delta's text (starting at output offset `start`) shaded by where each character came from."""
     from rich.text import Text
 
-    shown = Text(text, style="bold")
-    for span in spans:
-        a, b = span.output
-        shown.stylize("dim", max(0, a - start), max(0, b - start))
+    shown, at = Text(text), 0
+    for span in sorted(spans, key=lambda span: span.output):
+        a, b = (max(0, offset - start) for offset in span.output)
+        if a > at:
+            shown.stylize(GENERATED, at, a)
+        shown.stylize(COPIED, a, b)
+        at = max(at, b)
+    if at < len(text):
+        shown.stylize(GENERATED, at, len(text))
     return shown
 
 
