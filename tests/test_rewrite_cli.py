@@ -206,3 +206,23 @@ def wait_for_generation(process: subprocess.Popen) -> None:
         if "Loading weights" in line or "272/272" in line:
             break
     time.sleep(4)
+
+
+# --- showing, in-process ---
+
+def test_copied_and_generated_text_are_styled_apart():
+    from assistant.output import Span
+    from assistant.rewrite_cli import COPIED, GENERATED, styled
+
+    text = styled("abcdef", [Span((12, 14), (0, 2))], 10)  # this Delta starts at output offset 10
+    assert [(s.start, s.end, s.style) for s in text.spans] == [(0, 2, GENERATED), (2, 4, COPIED),
+                                                                (4, 6, GENERATED)]
+
+
+def test_crlf_offsets_move_past_the_restored_carriage_returns():
+    from assistant.rewrite_cli import crlf_offsets
+
+    text = "ab\ncd\n"
+    to_crlf = crlf_offsets(text)
+    restored = text.replace("\n", "\r\n")
+    assert [restored[to_crlf(a):to_crlf(b)] for a, b in [(0, 3), (3, 6), (2, 4)]] == ["ab\r\n", "cd\r\n", "\r\nc"]
