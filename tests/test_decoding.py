@@ -255,17 +255,15 @@ def test_cancel_during_generation_stops_after_the_current_step(tiny_model):
 
 
 # --- pld+a ----------------------------------------------------------------------------------------------------
-# AttentionDraft projects queries with the model's weights outside inference mode, so autograd records the
-# graph and `.numpy()` refuses a tensor that requires grad: pld+a crashes at its first draft (see the xfail
-# below). The exactness tests of pld+a therefore run under inference mode, which is what the fix amounts to.
+# AttentionDraft used to project queries with the model's weights outside inference mode, so autograd recorded
+# the graph and `.numpy()` refused a tensor that requires grad: pld+a crashed at its first draft. The first test
+# guards that regression; the exactness tests also run under inference mode.
 
 
 def attention_drafter(model):
     return AttentionDraft(model, [(0, 0), (1, 1)])
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: drafters.py AttentionDraft.propose calls head_attention "
-                   "outside torch.inference_mode(), so the scores require grad and .numpy() raises RuntimeError")
 def test_attention_draft_runs_outside_inference_mode(tiny_model):
     assert any(p.requires_grad for p in tiny_model.parameters())  # as from_pretrained leaves them
     expected, _ = run(tiny_model, [3, 9] * 20, NoDraft(), 20, 4)

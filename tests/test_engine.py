@@ -60,8 +60,7 @@ def test_greedy_drafting_equals_plain_decoding(records, results, strategies):
     assert drafted > 0, "no draft was accepted: the comparison would be vacuous"
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: drafters.py AttentionDraft.propose runs head_attention "
-                   "outside torch.inference_mode(); the scores require grad and .numpy() raises RuntimeError")
+# Was an engine bug (AttentionDraft scores required grad, .numpy() raised); head_attention now runs in inference mode.
 def test_attention_strategy_equals_plain_decoding(embedded, records, results):
     if not embedded.tuned.heads:
         pytest.skip("no tuned induction heads for this model (assistant/tuned/ has none): pld+a cannot run")
