@@ -145,6 +145,7 @@ class AttentionDraft:
         return context.continuation(best, k), best
 
 
+@torch.inference_mode()
 def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: dict[int, torch.Tensor],
                    positions: torch.Tensor) -> torch.Tensor:
     """Attention probabilities [heads, queries, keys] of the given heads for the query `positions`.

@@ -234,11 +234,15 @@ class Assistant:
                 stopped = "cancelled"
         text, tokens = output.finish()
         shown += tokens
+        final = output.text
+        # Models rarely end with the newline that ends a file or a selection of whole lines; keep it.
+        if stopped == "eos" and target.endswith("\n") and not final.endswith("\n"):
+            text, final = text + "\n", final + "\n"
         if text:
             yield Delta(text, tokens, 0, 0, 0, 0.0)
         stats = Stats(produced, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
                       first_token or 0.0)
-        yield Result(output.text, merge_spans(shown), stats, stopped, shown)
+        yield Result(final, merge_spans(shown), stats, stopped, shown)
 
     def rewrite_text(self, document: str, instruction: str, **options) -> Result:
         """Run a rewrite to the end and return its Result."""
