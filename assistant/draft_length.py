@@ -41,8 +41,12 @@ class FixedDraftLength:
 class AdaptiveDraftLength:
     costs: dict[int, float]  # forward time of n tokens relative to one token
     most: int
-    acceptance: float = 0.7  # prior for a rewrite; corrected after the first few drafts
+    prior: float = 0.7  # acceptance expected of a rewrite before any draft is seen
     memory: float = 0.8  # weight of the past in the running acceptance estimate
+    patience: float = 0.95  # per undrafted step: how slowly the estimate returns to the prior
+
+    def __post_init__(self):
+        self.acceptance = self.prior
 
     def cost(self, tokens: int) -> float:
         sizes = sorted(self.costs)
@@ -60,6 +64,9 @@ class AdaptiveDraftLength:
 
     def update(self, drafted: int, accepted: int) -> None:
         if drafted == 0:
+            # Without drafts nothing is learnt, so drift back towards the prior: the text may
+            # have come back to copying, and a later probe will tell.
+            self.acceptance = self.patience * self.acceptance + (1 - self.patience) * self.prior
             return
         trials = accepted + (accepted < drafted)  # acceptance stops at the first miss
         self.acceptance = self.memory * self.acceptance + (1 - self.memory) * accepted / trials
@@ -76,18 +83,16 @@ def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
         model(input_ids=torch.ones(1, 256, dtype=torch.long, device=model.device), past_key_values=cache)
-        seconds = {}
-        for n in COST_SIZES:
-            runs = []
-            for _ in range(5):
+        seconds = {n: float("inf") for n in COST_SIZES}
+        for _ in range(7):  # sizes interleaved and the fastest run kept: robust to other load
+            for n in COST_SIZES:
                 started = time.perf_counter()
                 model(input_ids=torch.ones(1, n, dtype=torch.long, device=model.device), past_key_values=cache,
                       logits_to_keep=n)
                 if model.device.type == "cuda":
                     torch.cuda.synchronize()
-                runs.append(time.perf_counter() - started)
+                seconds[n] = min(seconds[n], time.perf_counter() - started)
                 cache.crop(-n)
-            seconds[n] = sorted(runs)[len(runs) // 2]
     costs = {n: seconds[n] / seconds[1] for n in COST_SIZES}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(costs))
