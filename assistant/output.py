@@ -88,7 +88,10 @@ class OutputText:
                 self.stopped = True
                 return self._reveal(self.head + cut)
         markers = list(self.stop) + ([FENCE_CLOSE] if self.head else [])
-        return self._reveal(len(self.raw) - held_back(body, markers))
+        hold = held_back(body, markers)
+        if self.head and body.rstrip().endswith(FENCE_CLOSE):  # a complete closing fence, unless more follows
+            hold = max(hold, len(body) - body.rstrip().rfind(FENCE_CLOSE))
+        return self._reveal(len(self.raw) - hold)
 
     def finish(self) -> tuple[str, list[Span]]:
         """Reveal the rest once generation has ended, dropping a closing fence."""
