@@ -22,6 +22,7 @@ from transformers import DynamicCache
 
 from . import models
 from .drafters import head_attention
+from .prefix_cache import common_prefix
 
 SHIPPED = Path(__file__).parent / "tuned"
 
@@ -55,12 +56,6 @@ def save(loaded: models.LoadedModel, settings: Tuned, path: Path | None = None) 
         json.dump(asdict(settings), f, indent=1)
     os.replace(f.name, path)
     return path
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    size = min(len(a), len(b))
-    differ = np.flatnonzero(a[:size] != b[:size])
-    return int(differ[0]) if len(differ) else size
 
 
 def best_candidate_sets(tokens: np.ndarray, start: int):
