@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
-from transformers import DynamicCache
 
 from .draft_length import AdaptiveDraftLength, FixedDraftLength
 from .drafters import Context
+from .kv_cache import preallocated_cache
 from .prefix_cache import PrefixCache, restore
 
 
@@ -93,10 +93,10 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
     (never all of it: the last prefilled position is recomputed so there is something to feed).
     """
     draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
-    config = model.config.get_text_config()
-    cache = DynamicCache(config=config)
-    context = Context.start(prompt, len(prompt) + max_new_tokens + draft_length.most + 1, drafter.layers,
-                            config.hidden_size, model.dtype, model.device, cache)
+    capacity = len(prompt) + max_new_tokens + draft_length.most + 1
+    cache = preallocated_cache(model, capacity)
+    context = Context.start(prompt, capacity, drafter.layers, model.config.get_text_config().hidden_size,
+                            model.dtype, model.device, cache)
     sources: list[int | None] = [None] * len(prompt)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
     prefill = prompt[:-1]

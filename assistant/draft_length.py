@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
-
 from . import models
+from .kv_cache import preallocated_cache
 
 COST_SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -80,7 +79,7 @@ def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
     if path.is_file():
         return {int(n): c for n, c in json.loads(path.read_text()).items()}
     model = loaded.model
-    cache = DynamicCache(config=model.config)
+    cache = preallocated_cache(model, 256 + max(COST_SIZES))
     with torch.inference_mode():
         model(input_ids=torch.ones(1, 256, dtype=torch.long, device=model.device), past_key_values=cache)
         seconds = {n: float("inf") for n in COST_SIZES}

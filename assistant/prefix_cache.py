@@ -55,14 +55,18 @@ class PrefixCache:
 
     def store(self, ids: list[int], cache, hidden: dict[int, torch.Tensor]) -> None:
         size = len(ids)
+        key = hash(np.asarray(ids).tobytes())
+        if key in self.entries and set(hidden) <= set(self.entries[key].hidden):
+            self.entries.move_to_end(key)  # the same prompt again: what is stored is already all of it
+            return
         # Keys and values are cloned: the decode loop's cache grows and is cropped after this.
         snapshot = Snapshot(np.asarray(ids), [layer.keys[:, :, :size].clone() for layer in cache.layers],
                             [layer.values[:, :, :size].clone() for layer in cache.layers],
                             {layer: rows[:size].clone() for layer, rows in hidden.items()})
         if snapshot.bytes > self.max_bytes:
             return
-        self.entries.pop(hash(snapshot.ids.tobytes()), None)
-        self.entries[hash(snapshot.ids.tobytes())] = snapshot
+        self.entries.pop(key, None)
+        self.entries[key] = snapshot
         while sum(s.bytes for s in self.entries.values()) > self.max_bytes:
             self.entries.popitem(last=False)
 

@@ -118,6 +118,18 @@ EDGE_PROMPTS = {
 }
 
 
+def test_plain_decoding_matches_transformers_generate(tiny_model):
+    """The reference itself (our loop over the preallocated KV cache) agrees with transformers' own greedy
+    decoding, so "identical to ar" means identical to what the library would produce."""
+    for prompt in random_prompts(6, seed=3):
+        ours, _ = run(tiny_model, prompt, NoDraft(), 20, 0)
+        with torch.inference_mode():
+            ids = torch.tensor([prompt])
+            out = tiny_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, min_new_tokens=20,
+                                      do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert ours == out[0, len(prompt):].tolist()
+
+
 @pytest.mark.parametrize("name", ["pld", "pld1", "pld+h", "pld+h2"])
 def test_greedy_matches_plain_decoding_on_random_prompts(tiny_model, name):
     drafter = drafters(tiny_model)[name]

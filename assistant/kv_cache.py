@@ -1,0 +1,71 @@
+"""A KV cache sized once for the whole generation, written in place.
+
+transformers' DynamicCache concatenates every step, which copies the whole cache (every layer,
+every position) once per forward: at a 2,000-token prompt that was a quarter of a one-token
+step's time on CPU. Here each layer writes the new keys and values into a buffer allocated
+for prompt + output + draft, and `crop` only moves the end, so a rejected draft costs nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views of a fixed buffer of `capacity` positions."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, _ = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1])
+        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+        self._view()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache full: {end} positions asked of {self.capacity}")
+        self.key_buffer[:, :, self.length:end] = key_states
+        self.value_buffer[:, :, self.length:end] = value_states
+        self.length = end
+        self._view()
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last -tokens_to_remove positions (a negative count, as DynamicLayer.crop takes)."""
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count of positions to remove")
+        if tokens_to_remove == 0 or not self.is_initialized:
+            return
+        self.length = max(0, self.length + tokens_to_remove)
+        self._view()
+
+    def reset(self) -> None:
+        self.length = 0
+        if self.is_initialized:
+            self._view()
+
+    def _view(self) -> None:
+        self.keys = self.key_buffer[:, :, :self.length]
+        self.values = self.value_buffer[:, :, :self.length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+def preallocated_cache(model, capacity: int) -> DynamicCache:
+    """A cache for `model` that holds up to `capacity` positions without ever reallocating."""
+    cache = DynamicCache(config=model.config.get_text_config())
+    # Sliding-window layers keep their own bounded storage; only full-attention layers grow.
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
