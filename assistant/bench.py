@@ -33,6 +33,7 @@ DEFAULT_TASKS = ("code-edit", "text-edit")
 DEFAULT_STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a")
 HF_PLD_LOOKUP = 10  # prompt_lookup_num_tokens, transformers' own default for its PLD
 WARMUP_TOKENS = 4
+PREFIX_REUSE = "prefix-reuse"  # rows of the cold/warm time-to-first-token measurement
 
 
 class BenchError(ValueError):
@@ -285,6 +286,21 @@ def measure(runner: Runner, strategy: str, record: data.Record, reference: Run |
     return row, result
 
 
+def prefix_reuse(runner: Runner, record: data.Record) -> dict:
+    """Time to first token of one edit request made twice: cold, then with its prompt prefix cached."""
+    from .engine import PREFIX_CACHE_MB
+    from .prefix_cache import PrefixCache
+
+    assistant = runner.assistant
+    assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+    try:
+        cold, warm = (runner.engine(assistant.strategy, record, 1).first_token_seconds for _ in range(2))
+    finally:
+        assistant.prefixes = None
+    return {"task": record.task, "id": record.id, "strategy": PREFIX_REUSE, "cold_first_token_seconds": cold,
+            "warm_first_token_seconds": warm}
+
+
 # --- summary, table, chart ------------------------------------------------------------------------
 
 def ratio(a: float, b: float) -> float | None:
@@ -326,6 +342,18 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
     return summary
 
 
+def summarize_prefix_reuse(rows: list[dict], tasks: list[str]) -> list[dict]:
+    summary = []
+    for task in tasks:
+        mine = [r for r in rows if r["task"] == task and r["strategy"] == PREFIX_REUSE]
+        if mine:
+            cold = sum(r["cold_first_token_seconds"] for r in mine) / len(mine)
+            warm = sum(r["warm_first_token_seconds"] for r in mine) / len(mine)
+            summary.append({"task": task, "records": len(mine), "cold_first_token_seconds": cold,
+                            "warm_first_token_seconds": warm, "warm_over_cold": ratio(warm, cold)})
+    return summary
+
+
 def totals(rows: list[dict]) -> tuple[int, float]:
     return sum(r["new_tokens"] for r in rows), sum(r["seconds"] for r in rows)
 
@@ -349,6 +377,18 @@ def table(summary: list[dict], unavailable: dict[str, str]):
                   fmt(s["exact_match"], ".0%"), fmt(s["first_token_seconds"], ".3f", "s"),
                   fmt(s["max_rss_mb"], ".0f", " MB"), *([fmt(s["cuda_peak_mb"], ".0f", " MB")] if cuda else []),
                   fmt(s["attribution_coverage"], ".0%"), fmt(s["attribution_precision"], ".0%"))
+    return t
+
+
+def prefix_table(summary: list[dict]):
+    from rich.table import Table
+
+    t = Table(title="prefix reuse: the same edit request twice")
+    for name in ("task", "n", "first token cold", "first token warm", "warm / cold"):
+        t.add_column(name, justify="left" if name == "task" else "right")
+    for s in summary:
+        t.add_row(s["task"], str(s["records"]), fmt(s["cold_first_token_seconds"], ".3f", "s"),
+                  fmt(s["warm_first_token_seconds"], ".3f", "s"), fmt(s["warm_over_cold"], ".0%"))
     return t
 
 
@@ -404,11 +444,14 @@ def environment(assistant, args) -> dict:
 
 def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted: bool, console) -> None:
     summary = summarize(rows, plan_.tasks, plan_.strategies)
+    reuse = summarize_prefix_reuse(rows, plan_.tasks)
     (plan_.out / "summary.json").write_text(json.dumps(
-        {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable, "results": summary},
-        indent=1) + "\n")
+        {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable, "results": summary,
+         "prefix_reuse": reuse}, indent=1) + "\n")
     chart(summary, rows, plan_.out / "chart.png")
     console.print(table(summary, runner.unavailable))
+    if reuse:
+        console.print(prefix_table(reuse))
     console.print(f"results in {plan_.out}/ (rows.jsonl, summary.json, chart.png)")
 
 
@@ -430,7 +473,8 @@ def run(args) -> int:
 
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
     try:
-        assistant = Assistant(args.model, dtype=args.dtype, device=args.device)
+        # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
+        assistant = Assistant(args.model, dtype=args.dtype, device=args.device, prefix_cache_mb=0)
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
@@ -464,6 +508,11 @@ def run(args) -> int:
                     rows.append(row)
                     reference = reference or result
                     progress.advance(bar)
+                if record.is_edit and reference is not None:
+                    progress.update(bar, description=f"{record.task} {record.id[:24]} {PREFIX_REUSE}")
+                    rows.append(prefix_reuse(runner, record))
+                    jsonl.write(json.dumps(rows[-1]) + "\n")
+                    jsonl.flush()
     except KeyboardInterrupt:
         interrupted = True
         progress_console.print("interrupted: summarizing what was measured")

@@ -108,10 +108,12 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     assert cli.main(["bench", "--model", "smollm2-135m", "--dtype", "float32", "--samples", "1", "--max-new-tokens", "8",
                      "--tasks", "text-edit", "--strategies", "ar,pld,hf-pld", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld"]
-    assert all(r["exact_match"] for r in rows)  # greedy decoding is lossless, whatever the drafter
+    assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld", "prefix-reuse"]
+    assert all(r["exact_match"] for r in rows[:3])  # greedy decoding is lossless, whatever the drafter
+    assert 0 < rows[3]["warm_first_token_seconds"] and 0 < rows[3]["cold_first_token_seconds"]  # no timing claims
     summary = json.loads((out / "summary.json").read_text())
     assert summary["environment"]["model"] == "smollm2-135m" and not summary["interrupted"]
     assert {(s["task"], s["strategy"]) for s in summary["results"]} == {
         ("text-edit", "ar"), ("text-edit", "pld"), ("text-edit", "hf-pld")}
+    assert [s["task"] for s in summary["prefix_reuse"]] == ["text-edit"]
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
