@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -79,7 +78,7 @@ def test_playground_runs_and_attributes(base_url):
             source.hover()
             expect(page.locator("#output .copied.hl").first).to_be_visible()
 
-            page.screenshot(path=str(shot("playground.png")), full_page=True)
+            page.screenshot(path=str(shot("playground-source-hover.png")), full_page=True)
 
             page.click(".tab[data-tab=diff]")
             expect(page.locator("#diff")).to_be_visible()
@@ -87,7 +86,6 @@ def test_playground_runs_and_attributes(base_url):
             page.click(".tab[data-tab=output]")
             copied.hover()
             page.screenshot(path=str(shot("playground.png")), full_page=True)
-            shutil.copyfile(shot("playground.png"), ROOT / "web" / "screenshot.png")
             assert not errors, errors
         finally:
             browser.close()
