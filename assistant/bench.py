@@ -9,7 +9,10 @@ first because it is the reference every other output must equal. Rows are append
 or on Ctrl-C from what was measured so far.
 
 Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as
-the ratio of total tokens over total time.
+the ratio of total tokens over total time, both with the prefill included; "after 1st token"
+is the ratio without it, which is where drafting acts. Prefix reuse is off for these runs (each
+strategy pays its own prefill, as `hf-pld` does) and measured apart: the same edit request
+twice, time to first token cold and warm.
 """
 
 from __future__ import annotations
@@ -193,18 +196,19 @@ class Runner:
                             history=self.history(record)).ids
 
     def visible_text(self, record: data.Record, tokens: list[int]) -> str:
-        """What the engine would show for these tokens (code fence and EOS handling included),
-        so that an external generator's output compares exactly with ours."""
-        from .output import OutputText
+        """What the engine would show for these tokens (code fence, EOS and final newline handling
+        included), so that an external generator's output compares exactly with ours."""
+        from .output import OutputText, missing_final_newline
 
         eos = self.assistant.eos
-        tokens = [t for t in tokens if t not in eos]
+        ended = next((i for i, t in enumerate(tokens) if t in eos), None)
+        tokens = tokens[:ended]
         target = record.document if record.is_edit else ""
         output = OutputText(self.assistant.loaded.tokenizer, record.document,
                             strip_fences=not target.startswith("```"))
         output.add(tokens, [None] * len(tokens))
         output.finish()
-        return output.text
+        return output.text + missing_final_newline(output.text, target, ended is not None)
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
         import torch
@@ -218,8 +222,9 @@ class Runner:
                                  max_new_tokens=max_new_tokens, do_sample=False)
         synchronize(model.device)
         seconds = time.perf_counter() - started
-        tokens = [t for t in out[0, ids.shape[1]:].tolist() if t not in self.assistant.eos]
-        return Run(self.visible_text(record, tokens), len(tokens), seconds)
+        tokens = out[0, ids.shape[1]:].tolist()
+        new_tokens = len([t for t in tokens if t not in self.assistant.eos])
+        return Run(self.visible_text(record, tokens), new_tokens, seconds)
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         if self._llama is None:
@@ -324,11 +329,14 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
             first = [r["first_token_seconds"] for r in mine if r["first_token_seconds"] is not None]
             pooled = {k: sum(r["attribution"][k] for r in mine if "attribution" in r)
                       for k in ("kept", "kept_attributed", "attributed", "correct")}
+            ar_rows = [r for r in rows if r["task"] == task and r["strategy"] == "ar" and r["id"] in ids]
+            decode_tps, ar_decode_tps = decode_speed(mine), decode_speed(ar_rows)
             summary.append({
                 "task": task, "strategy": strategy, "records": len(mine), "new_tokens": tokens,
                 "seconds": round(seconds, 3), "tokens_per_second": tps,
                 "speedup_mean": sum(speedups) / len(speedups) if speedups else None,
                 "speedup_total": ratio(tps, ar_tps) if tps is not None and ar_tps else None,
+                "decode_speedup": ratio(decode_tps, ar_decode_tps) if decode_tps and ar_decode_tps else None,
                 "mean_accepted": ratio(tokens, sum(steps)) if len(steps) == len(mine) else None,
                 "exact_match": sum(r["exact_match"] for r in mine) / len(mine),
                 "first_token_seconds": sum(first) / len(first) if first else None,
@@ -354,6 +362,14 @@ def summarize_prefix_reuse(rows: list[dict], tasks: list[str]) -> list[dict]:
     return summary
 
 
+def decode_speed(rows: list[dict]) -> float | None:
+    """Tokens/s after the first token, i.e. without the prefill every strategy pays alike (None for
+    a generator that does not report its first token)."""
+    if not rows or any(r["first_token_seconds"] is None for r in rows):
+        return None
+    return ratio(sum(r["new_tokens"] - 1 for r in rows), sum(r["seconds"] - r["first_token_seconds"] for r in rows))
+
+
 def totals(rows: list[dict]) -> tuple[int, float]:
     return sum(r["new_tokens"] for r in rows), sum(r["seconds"] for r in rows)
 
@@ -367,13 +383,15 @@ def table(summary: list[dict], unavailable: dict[str, str]):
 
     cuda = any(s["cuda_peak_mb"] is not None for s in summary)
     t = Table(title="assistant bench", caption="; ".join(f"{k}: unavailable ({v})" for k, v in unavailable.items()))
-    for name in ("task", "strategy", "n", "tok/s", "speedup (mean)", "speedup (total)", "accepted/step",
+    for name in ("task", "strategy", "n", "tok/s", "speedup (mean)", "speedup (total)", "after 1st token",
+                 "accepted/step",
                  "exact vs ar", "first token", "max RSS", *(["CUDA peak"] if cuda else []), "attr. coverage",
                  "attr. precision"):
         t.add_column(name, justify="left" if name in ("task", "strategy") else "right")
     for s in summary:
         t.add_row(s["task"], s["strategy"], str(s["records"]), fmt(s["tokens_per_second"], ".1f"),
-                  fmt(s["speedup_mean"], ".2f", "x"), fmt(s["speedup_total"], ".2f", "x"), fmt(s["mean_accepted"]),
+                  fmt(s["speedup_mean"], ".2f", "x"), fmt(s["speedup_total"], ".2f", "x"),
+                  fmt(s["decode_speedup"], ".2f", "x"), fmt(s["mean_accepted"]),
                   fmt(s["exact_match"], ".0%"), fmt(s["first_token_seconds"], ".3f", "s"),
                   fmt(s["max_rss_mb"], ".0f", " MB"), *([fmt(s["cuda_peak_mb"], ".0f", " MB")] if cuda else []),
                   fmt(s["attribution_coverage"], ".0%"), fmt(s["attribution_precision"], ".0%"))

@@ -23,7 +23,7 @@ from . import calibration, draft_length, models
 from .draft_length import AdaptiveDraftLength
 from .decoding import Sampling, decode
 from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
-from .output import OutputText, Span, merge_spans
+from .output import OutputText, Span, merge_spans, missing_final_newline
 from .prefix_cache import PrefixCache
 from .prompts import Prompt, Segment, build_prompt, edit_segments
 
@@ -235,9 +235,8 @@ class Assistant:
         text, tokens = output.finish()
         shown += tokens
         final = output.text
-        # Models rarely end with the newline that ends a file or a selection of whole lines; keep it.
-        if stopped == "eos" and target.endswith("\n") and not final.endswith("\n"):
-            text, final = text + "\n", final + "\n"
+        newline = missing_final_newline(final, target, stopped == "eos")
+        text, final = text + newline, final + newline
         if text:
             yield Delta(text, tokens, 0, 0, 0, 0.0)
         stats = Stats(produced, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,

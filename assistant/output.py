@@ -118,6 +118,15 @@ class OutputText:
         return text, spans
 
 
+def missing_final_newline(text: str, target: str, ended_by_model: bool) -> str:
+    """"\n" when the model ended `text` without the newline that ends `target` (a file or whole lines).
+
+    Models rarely write that last newline before their end-of-sequence token; keeping it means a
+    rewrite does not join the file's last line with whatever follows.
+    """
+    return "\n" if ended_by_model and target.endswith("\n") and not text.endswith("\n") else ""
+
+
 def merge_spans(spans: list[Span]) -> list[Span]:
     """Join neighbouring attributed token spans whose sources are neighbours too."""
     merged: list[Span] = []

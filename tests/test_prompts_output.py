@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.output import Detokenizer, OutputText, Span, held_back, merge_spans
+from assistant.output import Detokenizer, OutputText, Span, held_back, merge_spans, missing_final_newline
 from assistant.prompts import Segment, build_prompt, edit_segments, strip_fence
 
 
@@ -223,3 +223,10 @@ def test_segments_without_source_get_no_span(tokenizer):
     # " the" straddles the two segments, so it gets no span; the rest is attributed.
     assert "the document".endswith("".join("the document"[s:e] for s, e in spans))
     assert "".join("the document"[s:e] for s, e in spans).strip() == "document"
+
+
+def test_final_newline_kept_only_when_the_model_ended_without_it():
+    assert missing_final_newline("x = 1", "x = 2\n", ended_by_model=True) == "\n"
+    assert missing_final_newline("x = 1\n", "x = 2\n", ended_by_model=True) == ""
+    assert missing_final_newline("x = 1", "x = 2", ended_by_model=True) == ""
+    assert missing_final_newline("x = 1", "x = 2\n", ended_by_model=False) == ""  # cut short: not the end
