@@ -28,10 +28,18 @@ class Rewrite:
     editing: bool = False  # an applyEdit of ours is in flight: the editor's text is between two states
     undo: str | None = None  # the text `reject` puts back; None once accepted (or no longer possible)
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)  # output range -> original range
+    ends_line: bool = field(init=False, default=False)  # the target ends with a line break
 
     def __post_init__(self):
         self.known = self.known or self.original
         self.undo = self.original[self.start:self.end]
+        self.ends_line = self.undo.endswith("\n")
+
+    def shown(self, output: str) -> str:
+        """What goes over the target: `output`, keeping the target's final line break while the output
+        lacks one. Otherwise partial output would join the line after the target, and Neovim, whose
+        buffers always end with a line break, would add its own, which then outlives the rewrite."""
+        return output + "\n" if self.ends_line and not output.endswith("\n") else output
 
     def follow(self, current: str) -> None:
         """Move the target and the attribution spans onto `current`, dropping what no longer holds."""

@@ -284,6 +284,7 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
     if job.held:
         send_attribution(ls, job)
     answer = result.to_json()
+    answer["text"] = job.shown(result.text)  # what was put in the buffer
     answer["uri"] = uri
     answer["conflict"] = not job.held
     return answer
@@ -344,6 +345,7 @@ async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> 
         stop_for_typing(ls, job)
         return
     version, before = document.version, document.source
+    output = job.shown(output)
     expected = before[:job.start] + output + before[job.end:]
     edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
