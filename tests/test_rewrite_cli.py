@@ -187,10 +187,11 @@ def test_in_place_with_backup(tmp_path):
 
 
 def test_interrupted_in_place_leaves_the_original(tmp_path):
-    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
+    # Long enough (several pieces) that the rewrite cannot be over before the interrupt lands.
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(200))
     path = write(tmp_path / "many.py", text)
     process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i",
-                                "Add a docstring to every function.", "--in-place", "--max-new-tokens", "400"],
+                                "Add a docstring to every function.", "--in-place", "--max-new-tokens", "1000"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_generation(process)
     process.send_signal(signal.SIGINT)
@@ -205,7 +206,7 @@ def wait_for_generation(process: subprocess.Popen) -> None:
     for line in iter(process.stderr.readline, ""):
         if "Loading weights" in line or "272/272" in line:
             break
-    time.sleep(4)
+    time.sleep(2)
 
 
 # --- showing, in-process ---
