@@ -187,44 +187,46 @@ class Runner:
             self.histories[record.id] = history
         return self.histories[record.id]
 
-    def prompt_ids(self, record: data.Record) -> list[int]:
+    def prompt(self, record: data.Record):
         from .prompts import Segment, build_prompt
 
         if record.is_edit:
-            return self.assistant.prompt(record.document, record.instruction).ids
+            return self.assistant.prompt(record.document, record.instruction)
         return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
-                            history=self.history(record)).ids
+                            history=self.history(record))
 
-    def visible_text(self, record: data.Record, tokens: list[int]) -> str:
-        """What the engine would show for these tokens (code fence, EOS and final newline handling
+    def visible_text(self, record: data.Record, prompt, tokens: list[int]) -> str:
+        """What the engine would show for these tokens (closing fence, EOS and final newline handling
         included), so that an external generator's output compares exactly with ours."""
         from .output import OutputText, missing_final_newline
 
         eos = self.assistant.eos
         ended = next((i for i, t in enumerate(tokens) if t in eos), None)
         tokens = tokens[:ended]
-        target = record.document if record.is_edit else ""
-        output = OutputText(self.assistant.loaded.tokenizer, record.document,
-                            strip_fences=not target.startswith("```"))
+        output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
         output.add(tokens, [None] * len(tokens))
         output.finish()
-        return output.text + missing_final_newline(output.text, target, ended is not None)
+        target = record.document if record.is_edit else ""
+        return output.text + missing_final_newline(output.text, target, ended is not None or output.ended == "eos")
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
         import torch
 
-        model = self.assistant.loaded.model
-        ids = torch.tensor([self.prompt_ids(record)], device=model.device)
+        model, tokenizer = self.assistant.loaded.model, self.assistant.loaded.tokenizer
+        prompt = self.prompt(record)
+        ids = torch.tensor([prompt.ids], device=model.device)
+        # The engine ends an edit where the answer's code block closes; generate() is told the same.
+        closing = {"stop_strings": [f"\n{prompt.fence}\n"], "tokenizer": tokenizer} if prompt.fence else {}
         synchronize(model.device)
         started = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), prompt_lookup_num_tokens=HF_PLD_LOOKUP,
-                                 max_new_tokens=max_new_tokens, do_sample=False)
+                                 max_new_tokens=max_new_tokens, do_sample=False, **closing)
         synchronize(model.device)
         seconds = time.perf_counter() - started
         tokens = out[0, ids.shape[1]:].tolist()
         new_tokens = len([t for t in tokens if t not in self.assistant.eos])
-        return Run(self.visible_text(record, tokens), new_tokens, seconds)
+        return Run(self.visible_text(record, prompt, tokens), new_tokens, seconds)
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         if self._llama is None:
@@ -236,9 +238,11 @@ class Runner:
             if len(parts) != 1:
                 raise RuntimeError("llama-cpp needs a single-file GGUF; this model is split")
             self._llama = Llama(model_path=str(parts[0]), n_ctx=8192, n_threads=os.cpu_count(), verbose=False)
-        text = self.assistant.loaded.tokenizer.decode(self.prompt_ids(record))
+        prompt = self.prompt(record)
+        text = self.assistant.loaded.tokenizer.decode(prompt.ids)
         started = time.perf_counter()
-        out = self._llama.create_completion(text, max_tokens=max_new_tokens, temperature=0.0, top_k=1)
+        out = self._llama.create_completion(text, max_tokens=max_new_tokens, temperature=0.0, top_k=1,
+                                            stop=[f"\n{prompt.fence}\n"] if prompt.fence else [])
         seconds = time.perf_counter() - started
         return Run(out["choices"][0]["text"], out["usage"]["completion_tokens"], seconds)
 

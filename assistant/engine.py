@@ -25,7 +25,7 @@ from .decoding import Sampling, decode
 from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
 from .output import OutputText, Span, merge_spans, missing_final_newline
 from .prefix_cache import PrefixCache
-from .prompts import Prompt, Segment, build_prompt, edit_segments
+from .prompts import Prompt, Segment, build_prompt, edit_prompt
 
 STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
@@ -154,7 +154,7 @@ class Assistant:
     def prompt(self, document: str, instruction: str, selection: tuple[int, int] | None = None,
                references: tuple[str, ...] = ()) -> Prompt:
         check_request(document, instruction, selection)
-        return build_prompt(self.loaded.tokenizer, edit_segments(instruction, document, selection, references))
+        return edit_prompt(self.loaded.tokenizer, instruction, document, selection, references)
 
     def rewrite(self, document: str, instruction: str, *, selection: tuple[int, int] | None = None,
                 strategy: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
@@ -206,7 +206,7 @@ class Assistant:
 
     def _generate(self, prompt: Prompt, document: str, target: str, drafter, max_new_tokens: int,
                   sampling: Sampling, stop: tuple[str, ...], cancel, draft_tokens) -> Iterator[Event]:
-        output = OutputText(self.loaded.tokenizer, document, stop, strip_fences=not target.startswith("```"))
+        output = OutputText(self.loaded.tokenizer, document, stop, prompt.fence)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
         started = time.perf_counter()
@@ -226,11 +226,11 @@ class Assistant:
                 text, tokens = output.add(step.tokens, spans)
                 shown += tokens
                 yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds)
-                if output.stopped:
-                    stopped = "stop"
+                if output.ended:
+                    stopped = output.ended
                     break
                 stopped = step.finished or stopped
-            if stopped != "stop" and cancel is not None and cancel.is_set():
+            if stopped == "length" and cancel is not None and cancel.is_set():
                 stopped = "cancelled"
         text, tokens = output.finish()
         shown += tokens

@@ -1,18 +1,15 @@
 """Turning accepted tokens into streamed text with attribution.
 
 Text is detokenised incrementally (a token that ends inside a multi-byte character shows
-nothing until the character is complete). What the user sees is the output minus a wrapping
-code fence the model may add and minus anything from a stop string on, so a short tail that
-could still become a closing fence or a stop string is held back until it is decided.
+nothing until the character is complete). What the user sees is the answer up to the fence
+that closes it or a stop string, so a short tail that could still become either is held back
+until it is decided.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
-from .prompts import strip_fence
-
-FENCE_CLOSE = "\n```"
 
 
 @dataclass(frozen=True)
@@ -54,22 +51,26 @@ def held_back(text: str, markers: list[str]) -> int:
 
 
 class OutputText:
-    """Collects tokens with their document spans; yields what may be shown so far."""
+    """Collects tokens with their document spans; yields what may be shown so far.
 
-    def __init__(self, tokenizer, document: str, stop: tuple[str, ...] = (), strip_fences: bool = True):
-        self.detokenizer, self.document, self.stop = Detokenizer(tokenizer), document, stop
-        self.strip_fences = strip_fences
+    The answer ends at a stop string or, when the prompt opened the answer with a code `fence`,
+    at the line that closes it; the newline before that line belongs to the fence.
+    """
+
+    def __init__(self, tokenizer, document: str, stop: tuple[str, ...] = (), fence: str | None = None):
+        self.detokenizer, self.document = Detokenizer(tokenizer), document
+        self.stop = tuple(marker for marker in stop if marker)
+        self.fence = fence
         self.raw = ""
         self.pieces: list[tuple[int, int, tuple[int, int] | None]] = []  # raw range and source per token
-        self.head: int | None = None if strip_fences else 0  # where visible text starts in raw
-        self.shown = 0  # visible characters handed out
+        self.shown = 0  # characters handed out
         self.shown_pieces = 0
-        self.stopped = False
+        self.ended: str | None = None  # "stop" at a stop string, "eos" where the answer's code block closed
 
     @property
     def text(self) -> str:
         """Everything shown so far."""
-        return self.raw[self.head or 0:(self.head or 0) + self.shown]
+        return self.raw[:self.shown]
 
     def add(self, tokens: list[int], sources: list[tuple[int, int] | None]) -> tuple[str, list[Span]]:
         for token, source in zip(tokens, sources):
@@ -78,44 +79,48 @@ class OutputText:
                 source = None  # attribution must name exactly the characters shown
             self.pieces.append((len(self.raw), len(self.raw) + len(piece), source))
             self.raw += piece
-        if self.head is None and (self.raw[:3] != "```"[:len(self.raw[:3])] or "\n" in self.raw):
-            self.head = strip_fence(self.raw)[0]
-        if self.head is None:
+        if self.ended:
             return "", []
-        body = self.raw[self.head:]
-        for marker in self.stop:
-            if marker and (cut := body.find(marker)) >= 0:
-                self.stopped = True
-                return self._reveal(self.head + cut)
-        markers = list(self.stop) + ([FENCE_CLOSE] if self.head else [])
-        hold = held_back(body, markers)
-        if self.head and body.rstrip().endswith(FENCE_CLOSE):  # a complete closing fence, unless more follows
-            hold = max(hold, len(body) - body.rstrip().rfind(FENCE_CLOSE))
-        return self._reveal(len(self.raw) - hold)
+        ends = [(at, "stop") for at in map(self.raw.find, self.stop) if at >= 0]
+        close, hold = closing_fence(self.raw, self.fence) if self.fence else (None, 0)
+        if close is not None:
+            ends.append((close, "eos"))
+        if ends:
+            end, self.ended = min(ends)
+            return self._reveal(end)
+        return self._reveal(len(self.raw) - max(hold, held_back(self.raw, list(self.stop))))
 
     def finish(self) -> tuple[str, list[Span]]:
-        """Reveal the rest once generation has ended, dropping a closing fence."""
-        if self.stopped:
+        """Reveal the rest once generation has ended, without a closing fence the model ended on."""
+        if self.ended:
             return "", []
-        if self.head is None:
-            self.head = strip_fence(self.raw)[0]
-        return self._reveal(strip_fence(self.raw)[1] if self.head else len(self.raw))
+        close, _ = closing_fence(self.raw + "\n", self.fence) if self.fence else (None, 0)
+        return self._reveal(len(self.raw) if close is None else close)
 
     def _reveal(self, end: int) -> tuple[str, list[Span]]:
-        visible_end = max(self.head, end) - self.head
-        if visible_end <= self.shown:
+        if end <= self.shown:
             return "", []
-        text = self.raw[self.head + self.shown:self.head + visible_end]
-        self.shown = visible_end
+        text = self.raw[self.shown:end]
+        self.shown = end
         spans = []
         while self.shown_pieces < len(self.pieces):
             start, stop, source = self.pieces[self.shown_pieces]
-            if stop - self.head > visible_end:
+            if stop > end:
                 break
             self.shown_pieces += 1
-            if start >= self.head and stop > start:
-                spans.append(Span((start - self.head, stop - self.head), source))
+            if stop > start:
+                spans.append(Span((start, stop), source))
         return text, spans
+
+
+def closing_fence(text: str, fence: str) -> tuple[int | None, int]:
+    """Where `text` ends if a line holding only `fence` closes it (the newline before that line is the
+    fence's), and else how many of its last characters could still become such a line."""
+    body = "\n" + text  # the closing fence may be the first line
+    if closed := re.search(rf"\n{fence}[ \t]*\n", body):
+        return max(0, closed.start() - 1), 0
+    partial = re.search(rf"\n(`{{0,{len(fence) - 1}}}|{fence}[ \t]*)$", body)
+    return None, min(len(text), len(partial.group())) if partial else 0
 
 
 def missing_final_newline(text: str, target: str, ended_by_model: bool) -> str:

@@ -5,14 +5,22 @@ Those per-token document spans are what attribution reports when a drafted token
 copied from the prompt, so they come from the fast tokenizer's offsets over the fully
 rendered prompt, never from tokenizing pieces separately (which would change tokens at
 the seams).
+
+The text to rewrite is shown in a code fence and the answer is started with the same fence,
+so the model's reply is the rewritten text itself and ends where it closes the fence. Small
+models asked for "the rewritten text only" otherwise often answer with a comment about the
+text; measured on the calibration split of the code edits, SmolLM2-135M copied its input
+(difflib ratio above 0.5) in 6 of 12 answers this way against 2 of 12 with a bare document
+after the instruction.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-SYSTEM = ("You are a careful editor. Rewrite the text exactly as the instruction asks and reply with "
-          "the complete rewritten text only: no explanations, no code fences.")
+SYSTEM = ("You are a careful editor. Rewrite the text exactly as the instruction asks and reply with the complete "
+          "rewritten text only, in one code block: no explanations.")
 CONTEXT_CHARS = 3000  # read-only context kept on each side of a selection
 
 
@@ -26,37 +34,56 @@ class Segment:
 class Prompt:
     ids: list[int]
     sources: list[tuple[int, int] | None]  # document character span of each token, if it is the document's
+    fence: str | None = None  # the answer is the body of a code block opened with this fence
 
 
 class PromptError(ValueError):
     pass
 
 
+def fence_for(*texts: str) -> str:
+    """A code fence longer than any run of backticks in `texts` (CommonMark's rule), at least ```."""
+    longest = max((len(run) for text in texts for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def fenced(text: str, source: int | None, fence: str) -> list[Segment]:
+    return [Segment(fence + "\n"), Segment(text, source), Segment(("" if text.endswith("\n") else "\n") + fence)]
+
+
 def edit_segments(instruction: str, document: str, selection: tuple[int, int] | None = None,
-                  references: tuple[str, ...] = ()) -> list[Segment]:
-    """The user message as segments: instruction, read-only material, then the text to rewrite last,
-    so that the answer starts right where the copy source ends."""
-    segments = [Segment(instruction.strip() + "\n\n")]
-    for reference in references:
-        segments += [Segment("Related file, for reference only:\n"), Segment(reference.rstrip() + "\n\n")]
-    if selection is None:
-        return segments + [Segment(document, 0)]
-    start, end = selection
+                  references: tuple[str, ...] = ()) -> tuple[list[Segment], str]:
+    """The user message as segments, and the fence its answer opens: read-only material first, then the
+    text to rewrite, then the instruction, so that the fenced answer follows the instruction directly."""
+    start, end = selection or (0, len(document))
     before_start, after_end = max(0, start - CONTEXT_CHARS), min(len(document), end + CONTEXT_CHARS)
+    fence = fence_for(document[before_start:after_end], *references)
+    segments = []
+    for reference in references:
+        segments += [Segment("Related file, for reference only:\n"), *fenced(reference, None, fence), Segment("\n\n")]
+    if selection is None:
+        return segments + [*fenced(document, 0, fence), Segment("\n\n" + instruction.strip())], fence
     if before_start < start:
         segments += [Segment("Text before the part to rewrite, for context only:\n"),
-                     Segment(document[before_start:start], before_start), Segment("\n\n")]
+                     *fenced(document[before_start:start], before_start, fence), Segment("\n\n")]
     if end < after_end:
         segments += [Segment("Text after the part to rewrite, for context only:\n"),
-                     Segment(document[end:after_end], end), Segment("\n\n")]
-    return segments + [Segment("Rewrite only this part and reply with its new version alone:\n"),
-                       Segment(document[start:end], start)]
+                     *fenced(document[end:after_end], end, fence), Segment("\n\n")]
+    return segments + [Segment("The part to rewrite:\n"), *fenced(document[start:end], start, fence),
+                       Segment("\n\n" + instruction.strip() + "\nReply with the new version of that part alone.")], fence
+
+
+def edit_prompt(tokenizer, instruction: str, document: str, selection: tuple[int, int] | None = None,
+                references: tuple[str, ...] = ()) -> Prompt:
+    """The prompt that asks for `document` (or its `selection`) rewritten as `instruction` says."""
+    segments, fence = edit_segments(instruction, document, selection, references)
+    return build_prompt(tokenizer, segments, fence=fence)
 
 
 def build_prompt(tokenizer, segments: list[Segment], system: str | None = SYSTEM,
-                 history: tuple[dict, ...] = ()) -> Prompt:
+                 history: tuple[dict, ...] = (), fence: str | None = None) -> Prompt:
     """Render the chat: `system` (None keeps the template's own), earlier `history` messages, then
-    one user message made of `segments`."""
+    one user message made of `segments`; with `fence`, the answer is begun as a code block."""
     content, placed = "", []  # placed: (start in content, segment)
     for segment in segments:
         placed.append((len(content), segment))
@@ -67,6 +94,7 @@ def build_prompt(tokenizer, segments: list[Segment], system: str | None = SYSTEM
     base = rendered.rfind(content)
     if base < 0:
         raise PromptError("the model's chat template altered the document; cannot map tokens to it")
+    rendered += f"{fence}\n" if fence else ""
     encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoded["input_ids"]
     pieces = tokenizer.batch_decode([[i] for i in ids])
@@ -80,18 +108,4 @@ def build_prompt(tokenizer, segments: list[Segment], system: str | None = SYSTEM
                 if piece == rendered[s:e]:
                     sources[-1] = (segment.source + s - lo, segment.source + e - lo)
                 break
-    return Prompt(ids, sources)
-
-
-def strip_fence(text: str) -> tuple[int, int]:
-    """The (start, end) of `text` inside a wrapping ``` fence the model added, or the whole text."""
-    if not text.startswith("```"):
-        return 0, len(text)
-    first_newline = text.find("\n")
-    if first_newline < 0:
-        return len(text), len(text)  # only an opening fence so far
-    end = len(text)
-    closing = text.rstrip().rfind("\n```")
-    if closing >= first_newline and text[closing:].strip() == "```":
-        end = closing + 1  # keep the newline that ended the last line
-    return first_newline + 1, max(first_newline + 1, end)
+    return Prompt(ids, sources, fence)

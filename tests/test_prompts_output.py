@@ -1,4 +1,4 @@
-"""Prompts with document offsets, fence stripping, held-back output text, and incremental
+"""Prompts with document offsets, fenced answers, held-back output text, and incremental
 detokenisation, with the embedded model's tokenizer only (no model weights are loaded)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from assistant.output import Detokenizer, OutputText, Span, held_back, merge_spans, missing_final_newline
-from assistant.prompts import Segment, build_prompt, edit_segments, strip_fence
+from assistant.prompts import SYSTEM, Segment, build_prompt, edit_prompt, fence_for
 
 
 @pytest.fixture(scope="module")
@@ -19,26 +19,17 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(folder)
 
 
-# --- strip_fence ------------------------------------------------------------------------------------------------
+# --- fences -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, inner", [
-    ("plain text", "plain text"),
-    ("", ""),
-    ("```", ""),
-    ("```python", ""),
-    ("```python\n", ""),
-    ("```python\nx = 1\n", "x = 1\n"),
-    ("```python\nx = 1\n```", "x = 1\n"),
-    ("```\nx = 1\n```\n", "x = 1\n"),
-    ("```\nx = 1\n```  \n", "x = 1\n"),
-    ("```\na\n```\nb\n", "a\n```\nb\n"),  # a fence in the middle is content, not a closing fence
-    ("```\n```", ""),
-    ("text with ``` inside", "text with ``` inside"),
+@pytest.mark.parametrize("texts, fence", [
+    (("plain text",), "```"),
+    (("",), "```"),
+    (("a ``` b",), "````"),
+    (("x", "`````"), "``````"),
+    (("inline `code` and ``more``",), "```"),
 ])
-def test_strip_fence(text, inner):
-    start, end = strip_fence(text)
-    assert 0 <= start <= end <= len(text)
-    assert text[start:end] == inner
+def test_fence_is_longer_than_any_backtick_run(texts, fence):
+    assert fence_for(*texts) == fence
 
 
 def test_held_back():
@@ -52,15 +43,15 @@ def test_held_back():
 
 # --- OutputText ----------------------------------------------------------------------------------------------------
 
-def stream(tokenizer, pieces, document="", stop=(), strip_fences=True):
-    """Feed text pieces as token runs; return (concatenated shown text, final text, output)."""
-    output = OutputText(tokenizer, document, stop, strip_fences)
+def stream(tokenizer, pieces, document="", stop=(), fence="```"):
+    """Feed text pieces as token runs; return (the shown text piece by piece, output)."""
+    output = OutputText(tokenizer, document, stop, fence)
     shown = []
     for piece in pieces:
         ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
         text, _ = output.add(ids, [None] * len(ids))
         shown.append(text)
-        if output.stopped:
+        if output.ended:
             break
     text, _ = output.finish()
     shown.append(text)
@@ -69,44 +60,47 @@ def stream(tokenizer, pieces, document="", stop=(), strip_fences=True):
 
 def test_output_holds_back_a_possible_stop_string(tokenizer):
     shown, output = stream(tokenizer, ["Hello", " wor", "ld EN", "D and more"], stop=("END",))
-    assert output.stopped and output.text == "Hello world "
+    assert output.ended == "stop" and output.text == "Hello world "
     assert "".join(shown) == "Hello world "
     assert not any("EN" in s for s in shown)
 
 
 def test_output_releases_a_held_tail_that_is_not_a_stop_string(tokenizer):
     shown, output = stream(tokenizer, ["Hello", " EN", "joy"], stop=("END",))
-    assert not output.stopped and output.text == "Hello ENjoy" == "".join(shown)
+    assert not output.ended and output.text == "Hello ENjoy" == "".join(shown)
 
 
 def test_output_holds_back_a_partial_closing_fence(tokenizer):
-    output = OutputText(tokenizer, "")
+    output = OutputText(tokenizer, "", fence="```")
     shown = []
-    for piece in ["```python\n", "x = 1", "\n", "``"]:
+    for piece in ["x = 1", "\n", "``"]:
         ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
         shown.append(output.add(ids, [None] * len(ids))[0])
-    assert "".join(shown) == "x = 1"  # the opening fence is dropped, "\n``" is held back
+    assert "".join(shown) == "x = 1"  # "\n``" is held back
     assert output.finish()[0] == "\n``"  # it never became a closing fence
 
 
-@pytest.mark.parametrize("pieces", [
-    ["```python\nx = 1\n", "```"],  # as SmolLM2 tokenizes it: "```" is one token after "\n"
-    ["```", "python", "\n", "x = 1", "\n", "y = 2", "\n", "``", "`", "\n"],
-], ids=["fence token", "split fence"])
-def test_output_drops_a_wrapping_fence_and_holds_back_its_close(tokenizer, pieces):
+@pytest.mark.parametrize("pieces, text", [
+    (["x = 1\n", "```", "\n", "Explanation."], "x = 1"),  # the fence line ends the answer; chatter after it is cut
+    (["x = 1\ny = 2\n```"], "x = 1\ny = 2"),  # closed, then the model's end of sequence
+    (["x = 1\n```  \n"], "x = 1"),
+    (["```\n", "x"], ""),  # an empty answer: the fence is its first line
+    (["a", "\n", "``", "`", "\n", "b"], "a"),
+], ids=["chatter after", "closed at the end", "trailing spaces", "empty", "split fence"])
+def test_output_ends_where_the_answer_closes_its_fence(tokenizer, pieces, text):
     shown, output = stream(tokenizer, pieces)
-    assert "`" not in output.text and "`" not in "".join(shown)
-    assert output.text == "".join(shown) == "".join(pieces)[len("```python\n"):].split("```")[0]
+    assert output.text == "".join(shown) == text
+    assert "`" not in "".join(shown)
 
 
-def test_output_keeps_a_fence_when_the_target_has_one(tokenizer):
-    shown, output = stream(tokenizer, ["```", "\nx\n```"], strip_fences=False)
-    assert output.text == "```\nx\n```" == "".join(shown)
+def test_output_keeps_shorter_backtick_runs_inside_a_longer_fence(tokenizer):
+    shown, output = stream(tokenizer, ["a\n```\nb\n", "````\n"], fence="````")
+    assert output.text == "".join(shown) == "a\n```\nb" and output.ended == "eos"
 
 
 def test_output_without_fence_is_shown_as_it_comes(tokenizer):
-    shown, output = stream(tokenizer, ["Just", " text", "\n", "more"])
-    assert shown[:4] == ["Just", " text", "\n", "more"] and output.text == "Just text\nmore"
+    shown, output = stream(tokenizer, ["Just", " text", "\n", "```", "\nmore"], fence=None)
+    assert shown[:5] == ["Just", " text", "\n", "```", "\nmore"] and output.text == "Just text\n```\nmore"
 
 
 def test_output_attribution_is_dropped_when_it_names_other_characters(tokenizer):
@@ -174,7 +168,7 @@ DOCUMENTS = [
 
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_prompt_token_with_a_source_decodes_to_its_document_span(tokenizer, document):
-    prompt = build_prompt(tokenizer, edit_segments("Fix the grammar.", document))
+    prompt = edit_prompt(tokenizer, "Fix the grammar.", document)
     assert len(prompt.sources) == len(prompt.ids)
     covered = 0
     for token, source in zip(prompt.ids, prompt.sources):
@@ -185,15 +179,18 @@ def test_every_prompt_token_with_a_source_decodes_to_its_document_span(tokenizer
             covered += e - s
     # The document's tokens cover nearly all of it (byte tokens splitting a character get no span).
     assert covered >= 0.8 * len(document.encode()) / 4 and covered > 0
-    assert prompt.ids == tokenizer.apply_chat_template(
-        [{"role": "system", "content": __import__("assistant.prompts").prompts.SYSTEM},
-         {"role": "user", "content": "Fix the grammar.\n\n" + document}],
-        tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
+    # The document in a fence, the instruction after it, and the answer opened with the same fence.
+    fenced = "```\n" + document + ("" if document.endswith("\n") else "\n") + "```"
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": fenced + "\n\nFix the grammar."}],
+        tokenize=False, add_generation_prompt=True)
+    assert prompt.fence == "```"
+    assert prompt.ids == tokenizer(rendered + "```\n", add_special_tokens=False)["input_ids"]
 
 
 def test_sources_are_increasing_and_cover_the_plain_document(tokenizer):
     document = DOCUMENTS[1]
-    prompt = build_prompt(tokenizer, edit_segments("Rename add to plus.", document))
+    prompt = edit_prompt(tokenizer, "Rename add to plus.", document)
     spans = [s for s in prompt.sources if s is not None]
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     assert "".join(document[s:e] for s, e in spans) == document
@@ -203,14 +200,14 @@ def test_selection_prompt_maps_into_the_whole_document(tokenizer):
     document = "First paragraph stays.\n\nSecond paragraph to rewrite.\n\nThird paragraph stays."
     start = document.index("Second")
     end = document.index("\n\nThird")
-    prompt = build_prompt(tokenizer, edit_segments("Shorten it.", document, (start, end)))
+    prompt = edit_prompt(tokenizer, "Shorten it.", document, (start, end))
     sources = [s for s in prompt.sources if s is not None]
     for (s, e), token in zip([s for s in prompt.sources if s is not None],
                              [t for t, s in zip(prompt.ids, prompt.sources) if s is not None]):
         assert document[s:e] == tokenizer.decode([token])
     assert any(s >= start and e <= end for s, e in sources)
     assert any(e <= start for s, e in sources) and any(s >= end for s, e in sources)
-    # The text to rewrite comes last, right before the answer.
+    # The text to rewrite is the last of the document's text in the prompt, right before the instruction.
     assert prompt.sources[-1] is None
     last_source = max(i for i, s in enumerate(prompt.sources) if s is not None)
     assert prompt.sources[last_source][1] == end
