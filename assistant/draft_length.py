@@ -74,7 +74,7 @@ class AdaptiveDraftLength:
 def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
     """Relative cost of a forward over n tokens after a 256-token context, measured once and cached."""
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-{str(loaded.dtype).split('.')[-1]}"
-           f"-{loaded.device.type}-{torch.get_num_threads()}t")
+           f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
     path = models.cache_root() / "costs" / f"{key.replace('/', '--')}.json"
     if path.is_file():
         return {int(n): c for n, c in json.loads(path.read_text()).items()}

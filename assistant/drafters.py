@@ -167,6 +167,6 @@ def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: d
         query, _ = apply_rotary_pos_emb(query, query, cos, sin)
         kv_heads = torch.tensor(heads, device=query.device) // attention.num_key_value_groups
         keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
-        logits = (query[0] @ keys.transpose(-1, -2)).float() * attention.scaling
+        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attention.scaling
         rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
     return torch.cat(rows)

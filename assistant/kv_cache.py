@@ -12,20 +12,24 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from . import attention
+
 
 class PreallocatedLayer(DynamicLayer):
     """A DynamicLayer whose keys and values are views of a fixed buffer of `capacity` positions."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, dtype: torch.dtype | None = None):
         super().__init__()
         self.capacity = capacity
+        self.storage_dtype = dtype  # None: the model's
         self.length = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, _ = key_states.shape
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1])
-        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+        self.dtype, self.device = self.storage_dtype or key_states.dtype, key_states.device
+        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1], dtype=self.dtype)
+        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1],
+                                                   dtype=self.dtype)
         self.is_initialized = True
         self._view()
 
@@ -64,8 +68,11 @@ class PreallocatedLayer(DynamicLayer):
 
 
 def preallocated_cache(model, capacity: int) -> DynamicCache:
-    """A cache for `model` that holds up to `capacity` positions without ever reallocating."""
+    """A cache for `model` that holds up to `capacity` positions without ever reallocating; in float32
+    where the model runs its attention in float32 (see `attention`)."""
     cache = DynamicCache(config=model.config.get_text_config())
+    dtype = torch.float32 if model.config._attn_implementation == attention.NAME else None
     # Sliding-window layers keep their own bounded storage; only full-attention layers grow.
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer
+                    for layer in cache.layers]
     return cache

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from . import attention
+
 
 class ModelError(RuntimeError):
     """A model cannot be found, verified or loaded; the message says how to fix it."""
@@ -213,10 +215,7 @@ def load(spec: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto") -
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
     model.to(target).eval()
-    if target.type == "cpu":
-        # Verifying a draft is a multi-token forward with a mask; transformers then copies every
-        # key and value once per query-head group (repeat_kv) unless told that torch's CPU kernel
-        # takes grouped heads with a mask, which it does. That copy was a fifth of such a step.
-        os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+    if target.type == "cpu" and attention.fits(model.config):
+        model.set_attn_implementation(attention.NAME)
     return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)))
 

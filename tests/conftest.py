@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from assistant import attention
+
 TINY_VOCAB = 64
 
 
@@ -17,6 +19,7 @@ def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
                          initializer_range=initializer_range, bos_token_id=None, eos_token_id=None,
                          pad_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).to(torch.float32).eval()
+    model.set_attn_implementation(attention.NAME)  # as models.load does on CPU
     return model
 
 
