@@ -195,9 +195,9 @@ class Runner:
         return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
                             history=self.history(record))
 
-    def visible_text(self, record: data.Record, prompt, tokens: list[int]) -> str:
-        """What the engine would show for these tokens (closing fence, EOS and final newline handling
-        included), so that an external generator's output compares exactly with ours."""
+    def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
+        """What the engine would show for these tokens and how many of them it would count (closing
+        fence, EOS and final newline handling included), so that an external generator compares exactly."""
         from .output import OutputText, missing_final_newline
 
         eos = self.assistant.eos
@@ -207,7 +207,8 @@ class Runner:
         output.add(tokens, [None] * len(tokens))
         output.finish()
         target = record.document if record.is_edit else ""
-        return output.text + missing_final_newline(output.text, target, ended is not None or output.ended == "eos")
+        newline = missing_final_newline(output.text, target, ended is not None or output.ended == "eos")
+        return output.text + newline, output.tokens
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
         import torch
@@ -224,9 +225,7 @@ class Runner:
                                  max_new_tokens=max_new_tokens, do_sample=False, **closing)
         synchronize(model.device)
         seconds = time.perf_counter() - started
-        tokens = out[0, ids.shape[1]:].tolist()
-        new_tokens = len([t for t in tokens if t not in self.assistant.eos])
-        return Run(self.visible_text(record, prompt, tokens), new_tokens, seconds)
+        return Run(*self.visible(record, prompt, out[0, ids.shape[1]:].tolist()), seconds)
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         if self._llama is None:

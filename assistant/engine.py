@@ -211,13 +211,13 @@ class Assistant:
         shown: list[Span] = []
         started = time.perf_counter()
         first_token = None
-        steps = produced = drafted = accepted = 0
+        steps = drafted = accepted = 0
         stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
                             draft_tokens=draft_tokens, sampling=sampling, eos=self.eos, cancel=cancel,
                             prefixes=self.prefixes)) as steps_iter:
             for step in steps_iter:
-                steps, produced = steps + 1, produced + len(step.tokens)
+                steps += 1
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted
                 first_token = first_token or time.perf_counter() - started
                 for source in step.sources:  # a source may be a token accepted earlier in this same step
@@ -239,7 +239,7 @@ class Assistant:
         text, final = text + newline, final + newline
         if text:
             yield Delta(text, tokens, 0, 0, 0, 0.0)
-        stats = Stats(produced, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
+        stats = Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
                       first_token or 0.0)
         yield Result(final, merge_spans(shown), stats, stopped, shown)
 

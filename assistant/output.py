@@ -66,6 +66,7 @@ class OutputText:
         self.shown = 0  # characters handed out
         self.shown_pieces = 0
         self.ended: str | None = None  # "stop" at a stop string, "eos" where the answer's code block closed
+        self.tokens = 0  # tokens that made the answer: up to the one that showed where it ends
 
     @property
     def text(self) -> str:
@@ -81,21 +82,26 @@ class OutputText:
             self.raw += piece
         if self.ended:
             return "", []
-        ends = [(at, "stop") for at in map(self.raw.find, self.stop) if at >= 0]
-        close, hold = closing_fence(self.raw, self.fence) if self.fence else (None, 0)
-        if close is not None:
-            ends.append((close, "eos"))
+        self.tokens = len(self.pieces)
+        # (where the answer ends, why, where the text that says so ends)
+        ends = [(at, "stop", at + len(marker)) for marker in self.stop if (at := self.raw.find(marker)) >= 0]
+        if self.fence and (close := closing_fence(self.raw, self.fence)):
+            ends.append((close[0], "eos", close[1]))
         if ends:
-            end, self.ended = min(ends)
+            end, self.ended, seen = min(ends)
+            self.tokens = sum(start < seen for start, _, _ in self.pieces)
             return self._reveal(end)
-        return self._reveal(len(self.raw) - max(hold, held_back(self.raw, list(self.stop))))
+        hold = held_back(self.raw, list(self.stop))
+        if self.fence:
+            hold = max(hold, unclosed_tail(self.raw, self.fence))
+        return self._reveal(len(self.raw) - hold)
 
     def finish(self) -> tuple[str, list[Span]]:
         """Reveal the rest once generation has ended, without a closing fence the model ended on."""
         if self.ended:
             return "", []
-        close, _ = closing_fence(self.raw + "\n", self.fence) if self.fence else (None, 0)
-        return self._reveal(len(self.raw) if close is None else close)
+        close = closing_fence(self.raw + "\n", self.fence) if self.fence else None
+        return self._reveal(close[0] if close else len(self.raw))
 
     def _reveal(self, end: int) -> tuple[str, list[Span]]:
         if end <= self.shown:
@@ -113,14 +119,18 @@ class OutputText:
         return text, spans
 
 
-def closing_fence(text: str, fence: str) -> tuple[int | None, int]:
-    """Where `text` ends if a line holding only `fence` closes it (the newline before that line is the
-    fence's), and else how many of its last characters could still become such a line."""
-    body = "\n" + text  # the closing fence may be the first line
-    if closed := re.search(rf"\n{fence}[ \t]*\n", body):
-        return max(0, closed.start() - 1), 0
-    partial = re.search(rf"\n(`{{0,{len(fence) - 1}}}|{fence}[ \t]*)$", body)
-    return None, min(len(text), len(partial.group())) if partial else 0
+def closing_fence(text: str, fence: str) -> tuple[int, int] | None:
+    """Where in `text` the answer's code block closes: from the newline before a line holding only
+    `fence` (that newline is the fence's) to the end of that line."""
+    if closed := re.search(rf"\n{fence}[ \t]*\n", "\n" + text):  # the fence may be the first line
+        return max(0, closed.start() - 1), closed.end() - 1
+    return None
+
+
+def unclosed_tail(text: str, fence: str) -> int:
+    """How many of the last characters of `text` could still become the line that closes the block."""
+    partial = re.search(rf"\n(`{{0,{len(fence) - 1}}}|{fence}[ \t]*)$", "\n" + text)
+    return min(len(text), len(partial.group())) if partial else 0
 
 
 def missing_final_newline(text: str, target: str, ended_by_model: bool) -> str:

@@ -93,6 +93,22 @@ def test_output_ends_where_the_answer_closes_its_fence(tokenizer, pieces, text):
     assert "`" not in "".join(shown)
 
 
+@pytest.mark.parametrize("stop", [(), ("Explanation",)])
+def test_output_counts_the_tokens_up_to_where_the_answer_ends(tokenizer, stop):
+    """A step may accept tokens past the end of the answer; they are not counted, so a strategy that
+    verifies many tokens at once counts what one-token decoding would have produced before stopping."""
+    ids = tokenizer("x = 1\n```\nExplanation of the change, and more.", add_special_tokens=False)["input_ids"]
+    at_once = OutputText(tokenizer, "", stop, fence="```")
+    at_once.add(ids, [None] * len(ids))
+    one_by_one = OutputText(tokenizer, "", stop, fence="```")
+    fed = 0
+    while not one_by_one.ended:
+        one_by_one.add(ids[fed:fed + 1], [None])
+        fed += 1
+    assert at_once.ended == one_by_one.ended and at_once.text == one_by_one.text == "x = 1"
+    assert at_once.tokens == one_by_one.tokens == fed < len(ids)
+
+
 def test_output_keeps_shorter_backtick_runs_inside_a_longer_fence(tokenizer):
     shown, output = stream(tokenizer, ["a\n```\nb\n", "````\n"], fence="````")
     assert output.text == "".join(shown) == "a\n```\nb" and output.ended == "eos"
