@@ -63,7 +63,7 @@ def register(commands) -> None:
 class Plan:
     tasks: list[str]
     strategies: list[str]
-    records: list[data.Record]  # task by task, `samples` each
+    records: list[data.Record]  # task by task, `samples` each, spread over the task's sources
     max_new_tokens: int
     out: Path
 
@@ -96,7 +96,7 @@ def plan(args) -> Plan:
             raise BenchError(f"cannot read the {task} data: {error}") from error
         if args.samples > len(available):
             raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
-        records += available[:args.samples]
+        records += data.sample(available, args.samples)
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out)
 

@@ -27,6 +27,7 @@ class Record:
     document: str  # the text to rewrite, or the question of a chat task
     instruction: str = ""  # empty for chat tasks
     earlier_turns: tuple[str, ...] = field(default=())  # MT-Bench: turns the model answers first
+    group: str = ""  # where the record comes from: the edit sets' source, Spec-Bench's category
 
     @property
     def is_edit(self) -> bool:
@@ -53,13 +54,25 @@ def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
         raise DataError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
     try:
         if task in EDIT_TASKS:
-            records = [Record(r["id"], task, r["input"], r["instruction"]) for r in read_jsonl(folder / EDIT_TASKS[task])]
+            records = [Record(r["id"], task, r["input"], r["instruction"], group=r["source"])
+                       for r in read_jsonl(folder / EDIT_TASKS[task])]
         else:
             rows = read_jsonl(folder / "spec_bench_question.jsonl")
             categories = MT_BENCH if task == "mt-bench" else (SPEC_BENCH_TASKS[task],)
             records = [Record(str(r["question_id"]), task, r["turns"][-1] if task == "mt-bench" else r["turns"][0],
-                              "", tuple(r["turns"][:-1]) if task == "mt-bench" else ())
+                              "", tuple(r["turns"][:-1]) if task == "mt-bench" else (), r["category"])
                        for r in rows if r["category"] in categories]
     except (KeyError, IndexError, TypeError) as error:
         raise DataError(f"benchmark data for {task!r} lacks a field: {error}") from error
     return [r for r in records if split_of(r.id) == split]
+
+
+def sample(records: list[Record], count: int) -> list[Record]:
+    """The first `count` records taken in turn from each group (in file order within a group), so that
+    a small sample spans every source of a task rather than the first one in the file."""
+    groups: dict[str, list[Record]] = {}
+    for record in records:
+        groups.setdefault(record.group, []).append(record)
+    in_turn = [group[i] for i in range(max(map(len, groups.values()), default=0)) for group in groups.values()
+               if i < len(group)]
+    return in_turn[:count]

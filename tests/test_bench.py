@@ -59,6 +59,14 @@ def test_unreadable_data_exits_2(no_model, monkeypatch, capsys):
     assert "not JSON" in capsys.readouterr().err
 
 
+def test_samples_spread_over_every_source_of_a_task():
+    records = data.load("code-edit")
+    chosen = data.sample(records, 10)
+    assert len({r.id for r in chosen}) == 10
+    assert {r.group for r in chosen} == {r.group for r in records} and len({r.group for r in records}) == 5
+    assert sorted(r.id for r in data.sample(records, len(records) + 5)) == sorted(r.id for r in records)
+
+
 # --- attribution quality on hand-made cases: output "abcXdef" keeps "abc" and "def" of "abcdef" ---
 
 def test_alignment_marks_inserted_characters():
