@@ -37,7 +37,9 @@ def run(args) -> int:
         prompts.append(prompt.ids)
         outputs.append(assistant.loaded.tokenizer(result.text, add_special_tokens=False)["input_ids"])
         print(f"[{number}/{len(records)}] {record.id}: {result.stats.new_tokens} tokens", file=sys.stderr)
-    settings = calibration.calibrate(assistant.loaded, prompts, outputs)
+    settings, speeds = calibration.calibrate(assistant.loaded, prompts, outputs, assistant.forward_costs)
     path = calibration.save(assistant.loaded, settings)
-    print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; saved to {path}")
+    replayed = ", ".join(f"{most}: {speed:.2f}" for most, speed in speeds.items())
+    print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; draft ceiling {settings.draft_tokens} "
+          f"(tokens per one-token forward, replayed with n-gram drafts, by ceiling: {replayed}); saved to {path}")
     return 0

@@ -6,6 +6,11 @@ whose token occurs earlier, the best candidates are those whose continuation mat
 output longest. A head scores a hit when its attention from the previous position picks one of
 them; heads are ranked by hit rate. The hidden-state layer for PLD+(h) is chosen the same way,
 by how often cosine similarity at that layer picks a best candidate.
+
+The most tokens the adaptive draft length may choose is found by replaying the same outputs:
+n-gram drafts under `AdaptiveDraftLength` with the machine's measured forward costs, for each
+candidate ceiling, counting how many tokens each unit of forward cost makes. No model runs
+for that, so every ceiling is judged on exactly the same outputs.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ import torch
 from transformers import DynamicCache
 
 from . import models
-from .drafters import head_attention
+from .draft_length import AdaptiveDraftLength
+from .drafters import Context, NgramDraft, head_attention
 from .prefix_cache import common_prefix
 
 SHIPPED = Path(__file__).parent / "tuned"
+DRAFT_CEILINGS = (8, 12, 16, 24, 32)  # 32: the largest forward the cost curve measures
 
 
 @dataclass
 class Tuned:
-    draft_tokens: int = 24  # the most the adaptive draft length may choose
+    draft_tokens: int = 16  # the most the adaptive draft length may choose
     hidden_layer: int = 0  # 0: the middle layer of the model
     head_count: int = 4
     heads: list[tuple[int, int]] = field(default_factory=list)  # (layer, head), best first
@@ -96,7 +103,32 @@ def score_sequence(model, tokens: list[int], start: int, hits: np.ndarray, layer
     return len(cases)
 
 
-def calibrate(loaded: models.LoadedModel, prompts: list[list[int]], outputs: list[list[int]]) -> Tuned:
+def replay_cost(costs: dict[int, float], prompt: list[int], output: list[int], most: int) -> float:
+    """Forward cost, in one-token forwards, of making `output` with n-gram drafts of adaptive length up to `most`;
+    greedy verification accepts a draft's longest prefix that agrees with `output`, plus one token."""
+    context = Context.start(prompt, len(prompt) + len(output), (), 0, torch.float32, torch.device("cpu"), None)
+    drafter, length = NgramDraft(), AdaptiveDraftLength(costs, most)
+    produced, cost = 0, 0.0
+    while produced < len(output):
+        draft, _ = drafter.propose(context, min(length.choose(), len(output) - produced - 1))
+        accepted = common_prefix(np.asarray(draft), np.asarray(output[produced:produced + len(draft)]))
+        length.update(len(draft), accepted)
+        cost += length.cost(len(draft) + 1)
+        context.append(output[produced:produced + accepted + 1])
+        produced += accepted + 1
+    return cost
+
+
+def draft_ceiling(costs: dict[int, float], prompts: list[list[int]], outputs: list[list[int]]) -> dict[int, float]:
+    """Tokens made per unit of forward cost over all the outputs, for each candidate ceiling."""
+    tokens = sum(len(o) for o in outputs)
+    return {most: tokens / sum(replay_cost(costs, p, o, most) for p, o in zip(prompts, outputs))
+            for most in DRAFT_CEILINGS}
+
+
+def calibrate(loaded: models.LoadedModel, prompts: list[list[int]], outputs: list[list[int]],
+              costs: dict[int, float]) -> tuple[Tuned, dict[int, float]]:
+    """Tuned settings from the calibration outputs, and the replayed speed of each draft ceiling."""
     config = loaded.model.config
     hits = np.zeros((config.num_hidden_layers, config.num_attention_heads))
     layer_hits = np.zeros(config.num_hidden_layers)
@@ -108,4 +140,6 @@ def calibrate(loaded: models.LoadedModel, prompts: list[list[int]], outputs: lis
     settings = tuned(loaded)
     settings.heads = heads
     settings.hidden_layer = int(np.argmax(layer_hits[1:]) + 1)
-    return settings
+    speeds = draft_ceiling(costs, prompts, outputs)
+    settings.draft_tokens = max(DRAFT_CEILINGS, key=lambda most: (speeds[most], -most))  # ties: the shorter
+    return settings, speeds
