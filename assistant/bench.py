@@ -36,6 +36,7 @@ DEFAULT_TASKS = ("code-edit", "text-edit")
 DEFAULT_STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a")
 HF_PLD_LOOKUP = 10  # prompt_lookup_num_tokens, transformers' own default for its PLD
 WARMUP_TOKENS = 4
+MAX_DRAFT = 64
 PREFIX_REUSE = "prefix-reuse"  # rows of the cold/warm time-to-first-token measurement
 
 
@@ -52,6 +53,8 @@ def register(commands) -> None:
                         help=f"comma-separated: {', '.join(STRATEGIES)} (ar always runs: it is the reference)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-draft", type=int,
+                        help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
     parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")
     add_model_options(parser, strategy=False)
     parser.set_defaults(run=run)
@@ -88,6 +91,8 @@ def plan(args) -> Plan:
         raise BenchError("--samples must be at least 1")
     if args.max_new_tokens < 1:
         raise BenchError("--max-new-tokens must be at least 1")
+    if args.max_draft is not None and not 1 <= args.max_draft <= MAX_DRAFT:
+        raise BenchError(f"--max-draft must be between 1 and {MAX_DRAFT}")
     records = []
     for task in dict.fromkeys(tasks):
         try:
@@ -200,7 +205,7 @@ class Runner:
         fence, EOS and final newline handling included), so that an external generator compares exactly."""
         from .output import OutputText, missing_final_newline
 
-        eos = self.assistant.eos
+        eos = self.assistant.loaded.eos
         ended = next((i for i, t in enumerate(tokens) if t in eos), None)
         tokens = tokens[:ended]
         output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
@@ -460,7 +465,8 @@ def environment(assistant, args) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
             "dtype": str(loaded.dtype).removeprefix("torch."), "model": loaded.name, "model_sha256": loaded.sha256,
-            "max_new_tokens": args.max_new_tokens, "command": " ".join(sys.argv)}
+            "max_new_tokens": args.max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
+            "command": " ".join(sys.argv)}
 
 
 def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted: bool, console) -> None:
@@ -489,16 +495,20 @@ def run(args) -> int:
         return 2
     from transformers.utils import logging as hf_logging
 
+    from .cli import interrupt_on_sigterm
     from .engine import Assistant, RewriteError
     from .models import ModelError
 
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
+    interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
     try:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
         assistant = Assistant(args.model, dtype=args.dtype, device=args.device, prefix_cache_mb=0)
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
+    if args.max_draft is not None:
+        assistant.tuned.draft_tokens = args.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens)
     env = environment(assistant, args)

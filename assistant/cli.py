@@ -8,6 +8,7 @@ point group, so the engine never imports them.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from importlib.metadata import entry_points
 
@@ -23,6 +24,13 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM is handled like Ctrl-C, so the same clean-up runs."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

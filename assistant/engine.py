@@ -136,12 +136,6 @@ class Assistant:
         self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self._queue = TurnQueue()
 
-    @property
-    def eos(self) -> frozenset[int]:
-        ids = self.loaded.model.generation_config.eos_token_id
-        ids = ids if isinstance(ids, list) else [ids]
-        return frozenset(i for i in ids + [self.loaded.tokenizer.eos_token_id] if i is not None)
-
     def drafter(self, strategy: str):
         if strategy == "ar":
             return NoDraft()
@@ -214,7 +208,7 @@ class Assistant:
         steps = drafted = accepted = 0
         stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
-                            draft_tokens=draft_tokens, sampling=sampling, eos=self.eos, cancel=cancel,
+                            draft_tokens=draft_tokens, sampling=sampling, eos=self.loaded.eos, cancel=cancel,
                             prefixes=self.prefixes)) as steps_iter:
             for step in steps_iter:
                 steps += 1

@@ -89,6 +89,12 @@ class LoadedModel:
         return self.model.dtype
 
     @property
+    def eos(self) -> frozenset[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = ids if isinstance(ids, list) else [ids]
+        return frozenset(i for i in ids + [self.tokenizer.eos_token_id] if i is not None)
+
+    @property
     def context_length(self) -> int:
         return int(self.model.config.max_position_embeddings)
 

@@ -13,7 +13,6 @@ import difflib
 import hashlib
 import json
 import os
-import signal
 import sys
 import tempfile
 from bisect import bisect_left
@@ -355,14 +354,8 @@ def finish(source: Source, result, pieces: list, args, streamed: bool) -> None:
             print(f"{source.path}: written to {target}", file=sys.stderr)
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM is handled like Ctrl-C, so the same clean-up runs."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, handler)
-
-
 def run(args) -> int:
+    from .cli import interrupt_on_sigterm
     from .engine import RewriteError
     from .models import ModelError
 

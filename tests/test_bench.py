@@ -45,6 +45,7 @@ def test_ar_runs_first_even_when_not_asked():
     (("--samples", "100000"), "more than the"),
     (("--samples", "0"), "at least 1"),
     (("--max-new-tokens", "0"), "at least 1"),
+    (("--max-draft", "0"), "--max-draft must be between 1 and"),
 ])
 def test_bad_arguments_exit_2_before_loading(no_model, capsys, argv, message):
     assert cli.main(["bench", *argv]) == 2
@@ -114,13 +115,14 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     out = tmp_path / "out"
     # float32: bfloat16 verification of several tokens at once may legitimately differ from ar.
     assert cli.main(["bench", "--model", "smollm2-135m", "--dtype", "float32", "--samples", "1", "--max-new-tokens", "8",
-                     "--tasks", "text-edit", "--strategies", "ar,pld,hf-pld", "--out", str(out)]) == 0
+                     "--tasks", "text-edit", "--strategies", "ar,pld,hf-pld", "--max-draft", "4", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld", "prefix-reuse"]
     assert all(r["exact_match"] for r in rows[:3])  # greedy decoding is lossless, whatever the drafter
     assert 0 < rows[3]["warm_first_token_seconds"] and 0 < rows[3]["cold_first_token_seconds"]  # no timing claims
     summary = json.loads((out / "summary.json").read_text())
     assert summary["environment"]["model"] == "smollm2-135m" and not summary["interrupted"]
+    assert summary["environment"]["max_draft"] == 4
     assert {(s["task"], s["strategy"]) for s in summary["results"]} == {
         ("text-edit", "ar"), ("text-edit", "pld"), ("text-edit", "hf-pld")}
     assert [s["task"] for s in summary["prefix_reuse"]] == ["text-edit"]
