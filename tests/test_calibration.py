@@ -24,10 +24,10 @@ def test_a_long_copy_costs_far_less_and_longer_drafts_pay_when_verification_is_c
     assert costs[32] < costs[8] < len(output) / 4
 
 
-def test_draft_ceiling_replays_every_candidate_and_prefers_short_drafts_when_they_cost_a_forward_each():
+def test_ceiling_speeds_replay_every_candidate_and_prefers_short_drafts_when_they_cost_a_forward_each():
     prompt = list(range(100, 400))
     outputs = [prompt[:120], list(range(500, 530))]
-    speeds = calibration.draft_ceiling(STEEP, [prompt, prompt], outputs)
+    speeds = calibration.ceiling_speeds(STEEP, [prompt, prompt], outputs)
     assert list(speeds) == list(calibration.DRAFT_CEILINGS)
     assert max(speeds.values()) <= 1.0 + 1e-9  # drafting cannot beat plain decoding at this cost
 
