@@ -464,7 +464,7 @@ def environment(assistant, args) -> dict:
     return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
-            "dtype": str(loaded.dtype).removeprefix("torch."), "model": loaded.name, "model_sha256": loaded.sha256,
+            "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
             "max_new_tokens": args.max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
             "command": " ".join(sys.argv)}
 
@@ -503,10 +503,11 @@ def run(args) -> int:
     interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
     try:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
-        assistant = Assistant(args.model, dtype=args.dtype, device=args.device, prefix_cache_mb=0)
+        assistant = Assistant(args.model, weights=args.weights, device=args.device, prefix_cache_mb=0)
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
+    assistant.measured_costs()  # a first run measures them now, not while strategies are timed
     if args.max_draft is not None:
         assistant.tuned.draft_tokens = args.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)

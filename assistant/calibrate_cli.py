@@ -21,7 +21,7 @@ def run(args) -> int:
     from .models import ModelError
 
     try:
-        assistant = Assistant(args.model, strategy="pld", dtype=args.dtype, device=args.device)
+        assistant = Assistant(args.model, strategy="pld", weights=args.weights, device=args.device)
     except ModelError as error:
         print(f"assistant calibrate: {error}", file=sys.stderr)
         return 2
@@ -37,7 +37,7 @@ def run(args) -> int:
         prompts.append(prompt.ids)
         outputs.append(assistant.loaded.tokenizer(result.text, add_special_tokens=False)["input_ids"])
         print(f"[{number}/{len(records)}] {record.id}: {result.stats.new_tokens} tokens", file=sys.stderr)
-    settings, speeds = calibration.calibrate(assistant.loaded, prompts, outputs, assistant.forward_costs)
+    settings, speeds = calibration.calibrate(assistant.loaded, prompts, outputs, assistant.measured_costs())
     path = calibration.save(assistant.loaded, settings)
     replayed = ", ".join(f"{most}: {speed:.2f}" for most, speed in speeds.items())
     print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; draft ceiling {settings.draft_tokens} "

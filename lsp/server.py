@@ -53,7 +53,7 @@ class AssistantServer(LanguageServer):
         """Load the model in a background thread so `initialize` answers at once."""
         def loading():
             try:
-                self.engine.set_result(Assistant(args.model, strategy=args.strategy, dtype=args.dtype,
+                self.engine.set_result(Assistant(args.model, strategy=args.strategy, weights=args.weights,
                                                  device=args.device))
             except BaseException as error:  # noqa: BLE001 - any failure must reach the requests waiting on it
                 self.engine.set_exception(error)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# Every command and Assistant() in the suite runs on the small embedded model unless a test names
+# another: its skill does not matter to most tests, and it loads in a second.
+os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
+
+import pytest  # noqa: E402
 import torch
 
-from assistant import attention
+from assistant import attention  # noqa: E402
 
 TINY_VOCAB = 64
 
@@ -40,7 +46,7 @@ def peaky_model():
 def embedded():
     from assistant.engine import Assistant
 
-    return Assistant(dtype="float32")
+    return Assistant(weights="float32")
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,7 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     monkeypatch.setattr(data, "load", lambda task, split="eval": [shortest])  # keep the prompt small
     out = tmp_path / "out"
     # float32: bfloat16 verification of several tokens at once may legitimately differ from ar.
-    assert cli.main(["bench", "--model", "smollm2-135m", "--dtype", "float32", "--samples", "1", "--max-new-tokens", "8",
+    assert cli.main(["bench", "--model", "smollm2-135m", "--weights", "float32", "--samples", "1", "--max-new-tokens", "8",
                      "--tasks", "text-edit", "--strategies", "ar,pld,hf-pld", "--max-draft", "4", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld", "prefix-reuse"]

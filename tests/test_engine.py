@@ -15,7 +15,6 @@ from assistant import calibration, data, models
 from assistant.decoding import decode
 from assistant.drafters import HiddenDraft, NoDraft
 from assistant.engine import Delta, Queued, Result, RewriteError, result_of
-from assistant.models import cpu_has_bf16
 from assistant.prompts import edit_prompt
 
 # 2 x 15 shortest benchmark documents, 32 new tokens each, 3 strategies. On a loaded 2-core machine that
@@ -217,7 +216,7 @@ def test_selection_rewrite_attributes_into_the_whole_document(embedded, records)
 
 # Without AVX512-BF16 or AMX, torch emulates bfloat16 matrix products, 10-40x slower than float32 (measured on
 # a 2-core AVX2 EPYC): there the divergence is measured on the two shortest prompts, so the suite stays short.
-BF16_NATIVE = cpu_has_bf16()
+BF16_NATIVE = any(flag in open("/proc/cpuinfo").read() for flag in ("avx512_bf16", "amx_bf16"))
 BF16_PROMPTS = min(8 if BF16_NATIVE else 2, 2 * PER_TASK)
 # In bfloat16 a logit carries 8 significant bits: at the magnitudes of this model's logits (about 10 to 30)
 # neighbouring representable values are 0.06 to 0.125 apart, and a forward over k+1 tokens accumulates its
@@ -230,7 +229,7 @@ NEAR_TIE = 0.5
 def test_bfloat16_drafting_diverges_only_at_near_ties(records, record_property):
     # The decode loop directly, with a fixed draft length: an Assistant would first measure its forward-cost
     # curve, minutes of emulated bfloat16 on CPUs without native support.
-    loaded = models.load(dtype="bfloat16")
+    loaded = models.load(weights="bfloat16")
     model = loaded.model
     drafters = {"ar": NoDraft(), "pld+h": HiddenDraft(calibration.tuned(loaded).hidden_layer)}
     chosen = records[:BF16_PROMPTS // 2] + records[PER_TASK:PER_TASK + BF16_PROMPTS // 2]

@@ -66,9 +66,9 @@ def test_folder_without_config_is_refused(cache, tmp_path):
         models.load(str(tmp_path / "empty"))
 
 
-def test_unknown_dtype(cache):
-    with pytest.raises(ModelError, match="dtype"):
-        models.pick_dtype("int3", models.pick_device("cpu"))
+def test_unknown_weights_name_the_choices(cache):
+    with pytest.raises(ModelError, match="unknown weights 'int3': use one of auto, float32, bfloat16, float16, int8, int4"):
+        models.load(weights="int3")
 
 
 def test_local_model_folder_loads(cache, tmp_path):
@@ -79,7 +79,7 @@ def test_local_model_folder_loads(cache, tmp_path):
     model.save_pretrained(folder)
     embedded_folder, _, _ = models.resolve(models.DEFAULT_MODEL)  # in the real cache, converted once
     AutoTokenizer.from_pretrained(embedded_folder).save_pretrained(folder)
-    loaded = models.load(str(folder), dtype="float32", device="cpu")
+    loaded = models.load(str(folder), weights="float32", device="cpu")
     assert loaded.sha256 is None and loaded.name == "tiny"
     assert loaded.model.config.hidden_size == 32 and loaded.context_length == 512
     assert loaded.tokenizer.is_fast
@@ -109,6 +109,6 @@ def test_interrupted_conversion_leaves_nothing_loadable_and_the_next_call_conver
     assert finished_folders(cache) == [folder]
     assert sha == models.EMBEDDED[models.DEFAULT_MODEL].sha256
     assert (folder / "config.json").is_file() and (folder / "SOURCE_SHA256").read_text().strip() == sha
-    loaded = models.load(models.DEFAULT_MODEL, dtype="float32", device="cpu")
+    loaded = models.load(models.DEFAULT_MODEL, weights="float32", device="cpu")
     assert loaded.folder == folder and loaded.sha256 == sha
     assert not hasattr(loaded.model.config, "quantization_config")

@@ -328,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     from assistant import Assistant
 
     def factory():
-        return Assistant(args.model, strategy=args.strategy, dtype=args.dtype, device=args.device)
+        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
 
     print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
     uvicorn.run(create_app(factory, args.model), host=args.host, port=args.port)

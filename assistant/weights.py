@@ -1,0 +1,306 @@
+"""Compact linear weights: what `--weights` stores for each matrix product and which kernel runs it.
+
+A GGUF is dequantized to float32 when it is converted, and a float32 model reads 4 to 8 times the
+bytes llama.cpp reads per token. Every linear layer (the output head included) is therefore
+replaced by a compact one; norms, embeddings and attention stay as they are. Measured on the
+2-core AMD EPYC (AVX2, no AVX512) this project's CI runs on, torch 2.13, 2 threads, the 196
+linear layers of Qwen2.5-Coder-1.5B without its head (`ms for 1 / 4 / 16 / 64 rows`):
+
+    float32, MKL `F.linear`                            280 / 790 / 1080 / 2090
+    float16, fbgemm (`linear_dynamic_fp16`)            124 / 135 /  377 / 1168
+    int8 per channel, `_weight_int8pack_mm`, bf16 act   85 / 148 /  592 / 2325
+    int4 group 32, `_weight_int4pack_mm_for_cpu`       102 / 148 /  632 / 2231
+
+fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
+rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
+for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
+AVX512-BF16 the int4 kernel made a one-token step 2.8x faster than float32. So `auto` measures
+the formats on this machine once (a second or two, cached per CPU, thread count and torch) and
+takes the fastest.
+
+Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
+bit for bit. torch's int8 and int4 kernels compute each row alone. fbgemm's float16 kernel
+rounds a row differently when the batch has 1, 2, 7, 14, 31, 32, ... rows (2 threads, AVX2),
+so `Float16Linear` pads a batch to the next size that computes every row as a large batch
+does; the sizes are probed once when the model is packed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
+CHOICES = ("auto",) + FORMATS
+COMPACT = ("float16", "int8", "int4")  # formats that replace the linear layers of a float32 model
+FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
+INT4_GROUP = 32
+PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
+
+
+class WeightsError(ValueError):
+    """A --weights value this machine cannot run; the message names the choices."""
+
+
+def available(device: torch.device) -> tuple[str, ...]:
+    """The formats this device runs."""
+    if device.type != "cpu":
+        return ("float32", "bfloat16", "float16")
+    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+    return tuple(f for f in FORMATS if f != "float16" or fbgemm)
+
+
+def check(weights: str, device: torch.device) -> str:
+    if weights not in CHOICES:
+        raise WeightsError(f"unknown weights {weights!r}: use one of {', '.join(CHOICES)}")
+    if weights != "auto" and weights not in available(device):
+        raise WeightsError(f"weights {weights!r} do not run on {device.type} here: use one of "
+                           f"auto, {', '.join(available(device))}")
+    return weights
+
+
+class Float16Linear(nn.Module):
+    """y = x W^T + b with W in fbgemm's packed float16; x, y and the sums in float32."""
+
+    def __init__(self, linear: nn.Linear, pad: list[int]):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(),
+                                                             None if linear.bias is None else linear.bias.detach())
+        self.pad = pad  # pad[m]: the batch size to compute m rows in (see the module docstring)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        m = rows.shape[0]
+        if m < len(self.pad) and self.pad[m] != m:
+            rows = torch.cat([rows, rows.new_zeros(self.pad[m] - m, self.in_features)])
+        out = torch.ops.quantized.linear_dynamic_fp16(rows.contiguous(), self.packed)[:m]
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class QuantizedLinear(nn.Module):
+    """y = x W^T + b through one of torch's CPU kernels for integer weights, which take x in bfloat16
+    and compute each row alone. Subclasses name their stored tensors (`KEYS`) and make them."""
+
+    KEYS: tuple[str, ...]
+
+    def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
+        super().__init__()
+        for key in self.KEYS:
+            self.register_buffer(key, tensors[key])
+        self.register_buffer("bias", bias)
+        self.in_features, self.out_features = in_features, tensors[self.KEYS[0]].shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.product(x.reshape(-1, self.in_features).to(torch.bfloat16)).float()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class Int8Linear(QuantizedLinear):
+    """W as int8 with one bfloat16 scale per output."""
+
+    KEYS = ("q", "scales")  # [out, in] int8, [out] bfloat16
+
+    @staticmethod
+    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        scales = (weight.abs().amax(1) / 127).clamp(min=1e-12)
+        return {"q": (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8),
+                "scales": scales.to(torch.bfloat16)}
+
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scales)
+
+
+class Int4Linear(QuantizedLinear):
+    """W in groups of 32 inputs, 4 bits each with a bfloat16 scale and offset per group:
+    w = (q - 8) * scale + offset."""
+
+    KEYS = ("packed", "scales")  # torch's CPU int4 layout [out, in / 2] uint8; [in / 32, out, 2] bfloat16
+
+    @staticmethod
+    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, features = weight.shape
+        groups = weight.reshape(out, features // INT4_GROUP, INT4_GROUP)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-12)
+        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(out, features)
+        return {"packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1),
+                "scales": torch.stack([scale, low + 8 * scale], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
+
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales)
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
+
+
+def fits(weights: str, linear: nn.Linear) -> bool:
+    """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte)."""
+    return weights != "int4" or linear.in_features % INT4_GROUP == 0
+
+
+def linears(model: nn.Module) -> list[str]:
+    return [name for name, module in model.named_modules() if type(module) is nn.Linear]
+
+
+def consistent_sizes(in_features: int) -> list[int]:
+    """pad[m] for m < PROBED_ROWS: the smallest batch of at least m rows whose every row fbgemm
+    computes bitwise as in a batch of PROBED_ROWS rows, with this many threads and inputs."""
+    generator = torch.Generator().manual_seed(0)
+    packed = torch.ops.quantized.linear_prepack_fp16(torch.randn(64, in_features, generator=generator), None)
+    x = torch.randn(PROBED_ROWS, in_features, generator=generator)
+    reference = torch.ops.quantized.linear_dynamic_fp16(x, packed)
+    good = [m for m in range(1, PROBED_ROWS)
+            if torch.equal(torch.ops.quantized.linear_dynamic_fp16(x[:m].contiguous(), packed), reference[:m])]
+    good.append(PROBED_ROWS)
+    return [0] + [next(g for g in good if g >= m) for m in range(1, PROBED_ROWS)]
+
+
+def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Replace the linear layers of a float32 `model` by `weights` ones, in place.
+
+    int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
+    quantize; returns the tensors to store (none for float16, whose packed form lives in fbgemm).
+    Layers are packed on as many threads as torch uses: the kernels' packing releases the GIL.
+    """
+    names = [name for name in linears(model) if fits(weights, model.get_submodule(name))]
+    widths = {model.get_submodule(name).in_features for name in names}
+    pads = {width: consistent_sizes(width) for width in widths} if weights == "float16" else {}
+    kind = QUANTIZED.get(weights)
+
+    def compact(name: str) -> tuple[str, nn.Module, dict[str, torch.Tensor]]:
+        linear = model.get_submodule(name)
+        if weights == "float16":
+            return name, Float16Linear(linear, pads[linear.in_features]), {}
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        tensors = ({key: stored[f"{name}.{key}"] for key in kind.KEYS} if stored is not None
+                   else kind.quantize(linear.weight.detach().float()))
+        return name, kind(tensors, bias, linear.in_features), {f"{name}.{key}": t for key, t in tensors.items()}
+
+    to_store: dict[str, torch.Tensor] = {}
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        for name, module, tensors in pool.map(compact, names):
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, module)
+            to_store.update(tensors)
+    return to_store
+
+
+def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
+    """Seconds for one row plus a quarter of 16 rows (a step mix of one-token steps and
+    verifications) through each format, on a random matrix of the model's MLP shape."""
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(in_features, out_features, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=generator) * 0.02)
+    scores = {}
+    for weights in available(device):
+        if weights == "float32":
+            run = linear
+        elif weights == "bfloat16":
+            weight = linear.weight.detach().to(torch.bfloat16)
+            run = lambda x, w=weight: F.linear(x.to(torch.bfloat16), w)  # noqa: E731
+        elif weights == "float16":
+            run = Float16Linear(linear, [])
+        else:
+            kind = QUANTIZED[weights]
+            run = kind(kind.quantize(linear.weight.detach()), None, in_features)
+        best = {}
+        with torch.inference_mode():
+            for rows in (1, 16, 1, 16, 1, 16):
+                x = torch.randn(rows, in_features, generator=generator)
+                started = time.perf_counter()
+                run(x)
+                best[rows] = min(best.get(rows, float("inf")), time.perf_counter() - started)
+        scores[weights] = best[1] + best[16] / 4
+    return scores
+
+
+def choose(config, device: torch.device, cache: Path) -> str:
+    """`auto`: bfloat16 (or float32) on a GPU; on a CPU the format measured fastest here, once."""
+    if device.type != "cpu":
+        return "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    text = config.get_text_config()
+    shape = (text.hidden_size, text.intermediate_size)
+    key = f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
+    path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
+    try:
+        chosen = json.loads(path.read_text())["weights"]
+        if chosen in available(device):
+            return chosen
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not measured yet here, or an unreadable file: measure again
+    scores = timed_formats(device, *shape)
+    chosen = min(scores, key=scores.get)
+    write_atomically(path, lambda temporary: temporary.write_text(json.dumps({"weights": chosen, "seconds": scores})))
+    return chosen
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def write_atomically(path: Path, write) -> bool:
+    """Have `write(temporary_path)` fill a file beside `path`, then rename it over `path`, so a reader
+    sees the old file or the whole new one. False, and nothing left behind, where the cache is
+    read-only or full: what was measured or packed is then simply used from memory."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        os.close(fd)
+    except OSError:
+        return False
+    try:
+        write(Path(temporary))
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
+    """`pack`, with int8 and int4 tensors read from `path` when a complete file for this very model
+    is there; otherwise quantized and written there atomically for the next load. A file that is
+    truncated, corrupt or for other shapes is never used: it is quantized again and replaced."""
+    stored = read_stored(model, weights, path) if weights in QUANTIZED else None
+    to_store = pack(model, weights, stored)
+    if stored is None and to_store:
+        write_atomically(path, lambda temporary: save_file(to_store, str(temporary)))
+
+
+def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.Tensor] | None:
+    try:
+        stored = load_file(str(path))
+    except (OSError, SafetensorError, ValueError, RuntimeError):
+        return None
+    kind = QUANTIZED[weights]
+    expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
+    if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
+        return None
+    if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] != linear.out_features for name, linear in expected.items()):
+        return None
+    return stored

@@ -1,0 +1,144 @@
+"""Compact weights: every format decodes exactly like plain decoding with the same weights, rows do not
+depend on the batch, the packed cache is trusted only when whole, and bad choices are refused clearly."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from assistant import models, weights
+from assistant.decoding import decode
+from assistant.drafters import NgramDraft, NoDraft
+from assistant.models import ModelError
+from conftest import make_tiny_model
+
+CPU = torch.device("cpu")
+COMPACT_HERE = [w for w in weights.COMPACT if w in weights.available(CPU)]
+
+
+def compact_layer(kind: str, linear: nn.Linear) -> nn.Module:
+    holder = nn.Module()
+    holder.layer = linear
+    weights.pack(holder, kind)
+    return holder.layer
+
+
+@pytest.mark.parametrize("kind", COMPACT_HERE)
+def test_a_row_is_computed_the_same_whatever_the_batch(kind):
+    torch.manual_seed(0)
+    layer = compact_layer(kind, nn.Linear(256, 96))
+    x = torch.randn(weights.PROBED_ROWS, 256)
+    with torch.inference_mode():
+        batch = layer(x)
+        mismatched = [m for m in range(1, 41) if not torch.equal(layer(x[:m]), batch[:m])]
+    assert mismatched == []
+
+
+@pytest.mark.parametrize("kind", COMPACT_HERE)
+def test_drafting_is_token_identical_to_plain_decoding_with_the_same_weights(kind):
+    model = make_tiny_model()
+    weights.pack(model, kind)
+    assert weights.linears(model) == []  # the output head too: no float32 matrix is left
+    prompt = [3, 5, 7, 9, 11, 3, 5, 7, 9, 11, 3, 5, 7] * 4
+
+    def tokens(drafter, draft):
+        return [t for step in decode(model, prompt, drafter, max_new_tokens=40, draft_tokens=draft) for t in step.tokens]
+
+    assert tokens(NgramDraft(), 6) == tokens(NoDraft(), 0)
+
+
+@pytest.mark.parametrize("kind", COMPACT_HERE)
+def test_compact_layers_stay_close_to_float32(kind):
+    torch.manual_seed(1)
+    reference = nn.Linear(256, 96)
+    layer_copy = nn.Linear(256, 96)
+    layer_copy.load_state_dict(reference.state_dict())
+    layer = compact_layer(kind, layer_copy)
+    x = torch.randn(8, 256)
+    with torch.inference_mode():
+        error = (layer(x) - reference(x)).abs().max() / reference(x).abs().max()
+    assert error < {"float16": 1e-3, "int8": 0.03, "int4": 0.15}[kind]
+
+
+def test_unknown_weights_and_formats_the_device_lacks_name_the_choices():
+    with pytest.raises(weights.WeightsError, match="use one of auto, float32, bfloat16, float16, int8, int4"):
+        weights.check("q4_k", CPU)
+    with pytest.raises(weights.WeightsError, match="'int4' do not run on cuda here: use one of auto, float32"):
+        weights.check("int4", torch.device("cuda"))
+
+
+def test_auto_measures_once_per_machine_and_keeps_the_choice(tmp_path, monkeypatch):
+    calls = []
+
+    def timed(device, in_features, out_features):
+        calls.append((in_features, out_features))
+        return {"float32": 2.0, "int8": 1.0}
+
+    monkeypatch.setattr(weights, "timed_formats", timed)
+    config = make_tiny_model().config
+    assert weights.choose(config, CPU, tmp_path) == "int8"
+    assert weights.choose(config, CPU, tmp_path) == "int8"
+    assert calls == [(32, 64)]
+    [saved] = (tmp_path / "weights").iterdir()
+    saved.write_text("{not json")  # an unreadable choice is measured again, never a traceback
+    assert weights.choose(config, CPU, tmp_path) == "int8" and len(calls) == 2
+
+
+def test_auto_on_a_gpu_takes_no_measurement(tmp_path, monkeypatch):
+    monkeypatch.setattr(weights, "timed_formats", lambda *a: pytest.fail("measured on a GPU"))
+    assert weights.choose(make_tiny_model().config, torch.device("meta"), tmp_path) == "float32"
+
+
+@pytest.mark.parametrize("kind", [w for w in weights.QUANTIZED if w in COMPACT_HERE])
+def test_the_packed_cache_is_read_when_whole_and_rebuilt_when_not(kind, tmp_path, monkeypatch):
+    path = tmp_path / "packed.safetensors"
+    first = make_tiny_model()
+    weights.pack_cached(first, kind, path)
+    assert path.is_file() and not list(tmp_path.glob(".tmp-*"))
+
+    quantized = []
+    real = weights.QUANTIZED[kind].quantize
+    monkeypatch.setattr(weights.QUANTIZED[kind], "quantize", staticmethod(lambda w: quantized.append(1) or real(w)))
+    second = make_tiny_model()
+    weights.pack_cached(second, kind, path)
+    assert quantized == []  # read back, not quantized again
+    x = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        assert torch.equal(first(x).logits, second(x).logits)
+
+    path.write_bytes(path.read_bytes()[:-100])  # truncated: a crash or a full disk elsewhere
+    third = make_tiny_model()
+    weights.pack_cached(third, kind, path)
+    assert quantized  # rebuilt rather than loaded
+    with torch.inference_mode():
+        assert torch.equal(first(x).logits, third(x).logits)
+    assert weights.read_stored(make_tiny_model(), kind, path) is not None  # and the file is whole again
+
+
+def test_a_read_only_cache_still_packs(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the folder should be: nothing can be written below it
+    model = make_tiny_model()
+    weights.pack_cached(model, COMPACT_HERE[-1], blocked / "packed.safetensors")
+    assert weights.linears(model) == []
+
+
+def test_a_family_the_compact_path_does_not_know_falls_back_to_float32_and_says_so(tmp_path, caplog):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "gpt2-tiny"
+    GPT2LMHeadModel(GPT2Config(vocab_size=49152, n_embd=32, n_layer=1, n_head=2, n_positions=64)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(models.resolve("smollm2-135m")[0]).save_pretrained(folder)
+    with caplog.at_level(logging.WARNING, logger="assistant"):
+        loaded = models.load(str(folder), weights=COMPACT_HERE[-1], device="cpu")
+    assert loaded.weights == "float32"
+    assert caplog.text.count("a gpt2 model, which the") == 1 and "running it in float32" in caplog.text
+
+
+def test_an_unknown_weights_value_is_refused_before_anything_loads(monkeypatch):
+    monkeypatch.setattr(models, "resolve", lambda spec: pytest.fail("resolved a model for a bad --weights"))
+    with pytest.raises(ModelError, match="unknown weights"):
+        models.load("smollm2-135m", weights="fp8")
