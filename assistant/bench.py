@@ -149,7 +149,7 @@ class Runner:
                 self.load_llama()
             except ImportError:
                 self.unavailable[LLAMA_CPP] = "llama_cpp is not installed (see the README's bench section)"
-            except (BenchError, models.ModelError) as error:
+            except (BenchError, models.ModelError, ValueError) as error:  # no GGUF, or one llama.cpp cannot load
                 self.unavailable[LLAMA_CPP] = str(error)
         return [s for s in strategies if s not in self.unavailable]
 
@@ -595,6 +595,8 @@ def run(args) -> int:
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens, args.model)
     env = environment(assistant, args)
+    if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
+        env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
     interrupted = False
     # Piped output would be cut to 80 columns, too narrow for the table.

@@ -280,18 +280,28 @@ def test_fix_run_writes_the_fix_rate(monkeypatch, tmp_path, capsys):
     assert rows[0]["strategy"] == "ar" and rows[0]["fixed"] is False  # 8 tokens cannot hold the whole function
     assert rows[0]["test_outcome"].startswith("exit status")
     assert [(s["fixed"], s["fix_tried"], s["fix_rate"]) for s in summary["results"]] == [(0, 1, 0.0)]
+    assert summary["environment"]["sandbox_network"] in ("unshare -n", "socket guard")
     assert "fix rate" in capsys.readouterr().out
 
 
+def left_out_because(model: str) -> str:
+    assistant = argparse.Namespace(tuned=argparse.Namespace(heads=[1]), loaded=argparse.Namespace(context_length=512))
+    runner = bench.Runner(assistant, 8, model)
+    assert runner.check(["ar", "llama-cpp"]) == ["ar"]
+    return runner.unavailable["llama-cpp"]
+
+
 def test_llama_cpp_is_left_out_with_the_reason(monkeypatch):
-    runner = bench.Runner(argparse.Namespace(tuned=argparse.Namespace(heads=[1])), 8, "smollm2-135m")
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if it were not installed
-    assert runner.check(["ar", "llama-cpp"]) == ["ar"]
-    assert "llama_cpp is not installed" in runner.unavailable["llama-cpp"]
+    assert "llama_cpp is not installed" in left_out_because("smollm2-135m")
     monkeypatch.setitem(sys.modules, "llama_cpp", argparse.Namespace(Llama=None, __version__="0"))
-    runner = bench.Runner(argparse.Namespace(tuned=argparse.Namespace(heads=[1])), 8, "some/hub-model")
-    assert runner.check(["ar", "llama-cpp"]) == ["ar"]
-    assert "llama-cpp reads GGUF weights" in runner.unavailable["llama-cpp"]
+    assert "llama-cpp reads GGUF weights" in left_out_because("some/hub-model")
+
+
+@needs_llama_cpp
+def test_a_gguf_llama_cpp_cannot_load_is_left_out(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + bytes(64))
+    assert left_out_because(str(tmp_path / "bad.gguf"))
 
 
 @pytest.fixture
