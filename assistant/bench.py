@@ -138,7 +138,7 @@ class Runner:
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}
         self.llama = None
-        self.llama_info: dict = {}  # what llama.cpp ran, for the summary's environment
+        self.llama_info: dict = {}  # what llama.cpp ran, for summary.json
 
     def check(self, strategies: list[str]) -> list[str]:
         """The strategies that can run here; the others go to `unavailable` with the reason."""
