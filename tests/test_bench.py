@@ -188,8 +188,8 @@ def test_a_built_wheel_carries_the_bench_data(tmp_path):
         shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, source / name)
-    subprocess.run([sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_wheel({str(tmp_path)!r})"],
-                   cwd=source, check=True, capture_output=True, timeout=300)
+    build = f"from setuptools import build_meta; build_meta.build_wheel({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
     [wheel] = tmp_path.glob("*.whl")
     listed = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"assistant/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
