@@ -13,6 +13,15 @@ the ratio of total tokens over total time, both with the prefill included; "afte
 is the ratio without it, which is where drafting acts. Prefix reuse is off for these runs (each
 strategy pays its own prefill, as `hf-pld` does) and measured apart: the same edit request
 twice, time to first token cold and warm.
+
+The `fix` task also measures edit quality: each output is run with its task's tests in a
+sandboxed process (`sandbox.py`), and the fix rate (tasks fixed / tasks tried) is reported beside
+the speed of each strategy.
+
+`llama-cpp` is llama.cpp's plain greedy decoding (llama-cpp-python, optional) of the same GGUF
+the engine converted, fed the engine's own prompt token ids, on the same records, with the
+engine's thread count (`torch.get_num_threads()`) and its own prefill each time; every strategy's
+tokens/s is also reported against it, with the prefill and without (time to first token apart).
 """
 
 from __future__ import annotations
@@ -22,13 +31,14 @@ import os
 import platform
 import resource
 import sys
+import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import data
+from . import data, models, sandbox
 
 ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a", "llama-cpp")
@@ -38,6 +48,7 @@ HF_PLD_LOOKUP = 10  # prompt_lookup_num_tokens, transformers' own default for it
 WARMUP_TOKENS = 4
 MAX_DRAFT = 64
 PREFIX_REUSE = "prefix-reuse"  # rows of the cold/warm time-to-first-token measurement
+LLAMA_CPP = "llama-cpp"
 
 
 class BenchError(ValueError):
@@ -122,22 +133,35 @@ class Run:
 class Runner:
     """Runs a record under a strategy with one loaded model; knows which strategies it can run."""
 
-    def __init__(self, assistant, max_new_tokens: int):
-        self.assistant, self.max_new_tokens = assistant, max_new_tokens
+    def __init__(self, assistant, max_new_tokens: int, model: str):
+        self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}
-        self._llama = None
+        self.llama = None
+        self.llama_info: dict = {}  # what llama.cpp ran, for summary.json
 
     def check(self, strategies: list[str]) -> list[str]:
         """The strategies that can run here; the others go to `unavailable` with the reason."""
         if "pld+a" in strategies and not self.assistant.tuned.heads:
             self.unavailable["pld+a"] = "no tuned induction heads for this model (run `assistant calibrate`)"
-        if "llama-cpp" in strategies:
+        if LLAMA_CPP in strategies:
             try:
-                import llama_cpp  # noqa: F401  (optional, never a dependency)
+                self.load_llama()
             except ImportError:
-                self.unavailable["llama-cpp"] = "llama_cpp is not installed"
+                self.unavailable[LLAMA_CPP] = "llama_cpp is not installed (see the README's bench section)"
+            except (BenchError, models.ModelError, ValueError) as error:  # no GGUF, or one llama.cpp cannot load
+                self.unavailable[LLAMA_CPP] = str(error)
         return [s for s in strategies if s not in self.unavailable]
+
+    def load_llama(self) -> None:
+        import torch
+        from llama_cpp import Llama, __version__  # optional, never a dependency
+
+        gguf, threads = llama_gguf(self.model), torch.get_num_threads()
+        self.llama = Llama(model_path=str(gguf), n_ctx=self.assistant.loaded.context_length, n_threads=threads,
+                           n_threads_batch=threads, verbose=False)
+        self.llama_info = {"version": __version__, "gguf": str(gguf), "threads": threads,
+                           "prompt": "the engine's prompt token ids"}
 
     def warm_up(self, strategies: list[str], record: data.Record) -> list[str]:
         """One short generation per strategy, so that first-call costs stay out of the timings."""
@@ -154,7 +178,7 @@ class Runner:
         max_new_tokens = max_new_tokens or self.max_new_tokens
         if strategy == "hf-pld":
             return self.hf_pld(record, max_new_tokens)
-        if strategy == "llama-cpp":
+        if strategy == LLAMA_CPP:
             return self.llama_cpp(record, max_new_tokens)
         return self.engine(strategy, record, max_new_tokens)
 
@@ -233,22 +257,52 @@ class Runner:
         return Run(*self.visible(record, prompt, out[0, ids.shape[1]:].tolist()), seconds)
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
-        if self._llama is None:
-            from llama_cpp import Llama
+        """llama.cpp's greedy decoding of the engine's prompt ids, stopped where the engine would stop."""
+        from .output import OutputText
 
-            from .models import EMBEDDED
-
-            parts = EMBEDDED[self.assistant.loaded.name].gguf_parts()
-            if len(parts) != 1:
-                raise RuntimeError("llama-cpp needs a single-file GGUF; this model is split")
-            self._llama = Llama(model_path=str(parts[0]), n_ctx=8192, n_threads=os.cpu_count(), verbose=False)
-        prompt = self.prompt(record)
-        text = self.assistant.loaded.tokenizer.decode(prompt.ids)
+        prompt, eos = self.prompt(record), self.assistant.loaded.eos
+        output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
+        tokens, first_token = [], None
+        self.llama.reset()  # no reuse of the previous prompt's cache: it pays its own prefill, as every strategy
         started = time.perf_counter()
-        out = self._llama.create_completion(text, max_tokens=max_new_tokens, temperature=0.0, top_k=1,
-                                            stop=[f"\n{prompt.fence}\n"] if prompt.fence else [])
+        for token in self.llama.generate(prompt.ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+            first_token = first_token or time.perf_counter() - started
+            tokens.append(token)
+            output.add([token], [None])
+            if token in eos or output.ended or len(tokens) == max_new_tokens:
+                break
         seconds = time.perf_counter() - started
-        return Run(out["choices"][0]["text"], out["usage"]["completion_tokens"], seconds)
+        return Run(*self.visible(record, prompt, tokens), seconds, first_token_seconds=first_token)
+
+
+def llama_gguf(model: str) -> Path:
+    """The GGUF file llama.cpp reads for `--model`: a .gguf path as given, or an embedded model's
+    weights, joined once into the cache when they ship in parts."""
+    if model in models.EMBEDDED:
+        embedded = models.EMBEDDED[model]
+        return joined_gguf(embedded.gguf_parts(), embedded.sha256, model)
+    path = Path(model).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise BenchError(f"llama-cpp reads GGUF weights: --model {model!r} is neither an embedded model "
+                         f"nor a .gguf file")
+    return path
+
+
+def joined_gguf(parts: list[Path], sha256: str, name: str) -> Path:
+    """The single part, or the parts joined into `<cache>/gguf/` once: hash-checked, written to a temporary
+    file and renamed into place, so that an interrupted or damaged join is never used."""
+    if len(parts) == 1:
+        return parts[0]
+    done = models.cache_root() / "gguf" / f"{name}-{sha256[:16]}.gguf"
+    if done.is_file():
+        return done
+    done.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=done.parent, prefix=".joining-") as work:
+        joined = Path(work) / done.name
+        with open(joined, "wb") as out:
+            models.verified_sha256(parts, sha256, name, into=out)
+        joined.replace(done)
+    return done
 
 
 def synchronize(device) -> None:
@@ -292,6 +346,9 @@ def measure(runner: Runner, strategy: str, record: data.Record, reference: Run |
         row["speedup"] = round((result.new_tokens / result.seconds) / (reference.new_tokens / reference.seconds), 4)
     elif reference is None:
         row["speedup"] = 1.0
+    if record.tests:
+        outcome = sandbox.run_python(f"{result.text}\n\n{record.tests}")
+        row["fixed"], row["test_outcome"] = outcome.passed, outcome.reason
     if strategy in ENGINE_STRATEGIES:
         q = quality(record.document, result.text, result.token_spans)
         row["attribution"] = {"kept": q.kept, "kept_attributed": q.kept_attributed, "attributed": q.attributed,
@@ -316,8 +373,17 @@ def prefix_reuse(runner: Runner, record: data.Record) -> dict:
 
 # --- summary, table, chart ------------------------------------------------------------------------
 
-def ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def relative(rows: list[dict], mine: list[dict], baseline: str) -> tuple[float | None, float | None]:
+    """Tokens/s of `mine` over the `baseline` strategy's on the records both ran (also when a run was cut
+    short), with the prefill and without it."""
+    theirs = {r["id"]: r for r in rows if r["task"] == mine[0]["task"] and r["strategy"] == baseline}
+    both = [r for r in mine if r["id"] in theirs]
+    base = [theirs[r["id"]] for r in both]
+    return ratio(ratio(*totals(both)), ratio(*totals(base))), ratio(decode_speed(both), decode_speed(base))
 
 
 def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list[dict]:
@@ -330,21 +396,22 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
                 continue
             tokens, seconds = totals(mine)
             tps = ratio(tokens, seconds)
-            ids = {r["id"] for r in mine}  # the same records, also when a run was cut short
-            ar_tps = ratio(*totals([r for r in rows if r["task"] == task and r["strategy"] == "ar" and r["id"] in ids]))
             speedups = [r["speedup"] for r in mine if r.get("speedup") is not None]
             steps = [r["steps"] for r in mine if r["steps"] is not None]
             first = [r["first_token_seconds"] for r in mine if r["first_token_seconds"] is not None]
             pooled = {k: sum(r["attribution"][k] for r in mine if "attribution" in r)
                       for k in ("kept", "kept_attributed", "attributed", "correct")}
-            ar_rows = [r for r in rows if r["task"] == task and r["strategy"] == "ar" and r["id"] in ids]
-            decode_tps, ar_decode_tps = decode_speed(mine), decode_speed(ar_rows)
+            fixed = [r["fixed"] for r in mine if "fixed" in r]
+            speedup_total, decode_speedup = relative(rows, mine, "ar")
+            vs_llama_cpp, vs_llama_cpp_decode = relative(rows, mine, LLAMA_CPP)
             summary.append({
                 "task": task, "strategy": strategy, "records": len(mine), "new_tokens": tokens,
                 "seconds": round(seconds, 3), "tokens_per_second": tps,
                 "speedup_mean": sum(speedups) / len(speedups) if speedups else None,
-                "speedup_total": ratio(tps, ar_tps) if tps is not None and ar_tps else None,
-                "decode_speedup": ratio(decode_tps, ar_decode_tps) if decode_tps and ar_decode_tps else None,
+                "speedup_total": speedup_total, "decode_speedup": decode_speedup,
+                "vs_llama_cpp": vs_llama_cpp, "vs_llama_cpp_decode": vs_llama_cpp_decode,
+                "fixed": sum(fixed) if fixed else None, "fix_tried": len(fixed) or None,
+                "fix_rate": ratio(sum(fixed), len(fixed)),
                 "mean_accepted": ratio(tokens, sum(steps)) if len(steps) == len(mine) else None,
                 "exact_match": sum(r["exact_match"] for r in mine) / len(mine),
                 "first_token_seconds": sum(first) / len(first) if first else None,
@@ -386,23 +453,38 @@ def fmt(value, spec: str = ".2f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+COLUMNS = (  # name, the summary key an optional column shows only when some entry has it, cell
+    ("task", None, lambda s: s["task"]),
+    ("strategy", None, lambda s: s["strategy"]),
+    ("n", None, lambda s: str(s["records"])),
+    ("tok/s", None, lambda s: fmt(s["tokens_per_second"], ".1f")),
+    ("speedup (mean)", None, lambda s: fmt(s["speedup_mean"], ".2f", "x")),
+    ("speedup (total)", None, lambda s: fmt(s["speedup_total"], ".2f", "x")),
+    ("after 1st token", None, lambda s: fmt(s["decode_speedup"], ".2f", "x")),
+    ("vs llama.cpp", "vs_llama_cpp", lambda s: fmt(s["vs_llama_cpp"], ".2f", "x")),
+    ("vs llama.cpp after 1st token", "vs_llama_cpp", lambda s: fmt(s["vs_llama_cpp_decode"], ".2f", "x")),
+    ("accepted/step", None, lambda s: fmt(s["mean_accepted"])),
+    ("exact vs ar", None, lambda s: fmt(s["exact_match"], ".0%")),
+    ("fix rate", "fix_rate",
+     lambda s: f"{s['fix_rate']:.0%} ({s['fixed']}/{s['fix_tried']})" if s["fix_tried"] else "n/a"),
+    ("first token", None, lambda s: fmt(s["first_token_seconds"], ".3f", "s")),
+    ("max RSS", None, lambda s: fmt(s["max_rss_mb"], ".0f", " MB")),
+    ("CUDA peak", "cuda_peak_mb", lambda s: fmt(s["cuda_peak_mb"], ".0f", " MB")),
+    ("attr. coverage", None, lambda s: fmt(s["attribution_coverage"], ".0%")),
+    ("attr. precision", None, lambda s: fmt(s["attribution_precision"], ".0%")),
+)
+
+
 def table(summary: list[dict], unavailable: dict[str, str]):
     from rich.table import Table
 
-    cuda = any(s["cuda_peak_mb"] is not None for s in summary)
+    columns = [(name, cell) for name, key, cell in COLUMNS
+               if key is None or any(s[key] is not None for s in summary)]
     t = Table(title="assistant bench", caption="; ".join(f"{k}: unavailable ({v})" for k, v in unavailable.items()))
-    for name in ("task", "strategy", "n", "tok/s", "speedup (mean)", "speedup (total)", "after 1st token",
-                 "accepted/step",
-                 "exact vs ar", "first token", "max RSS", *(["CUDA peak"] if cuda else []), "attr. coverage",
-                 "attr. precision"):
+    for name, _ in columns:
         t.add_column(name, justify="left" if name in ("task", "strategy") else "right")
     for s in summary:
-        t.add_row(s["task"], s["strategy"], str(s["records"]), fmt(s["tokens_per_second"], ".1f"),
-                  fmt(s["speedup_mean"], ".2f", "x"), fmt(s["speedup_total"], ".2f", "x"),
-                  fmt(s["decode_speedup"], ".2f", "x"), fmt(s["mean_accepted"]),
-                  fmt(s["exact_match"], ".0%"), fmt(s["first_token_seconds"], ".3f", "s"),
-                  fmt(s["max_rss_mb"], ".0f", " MB"), *([fmt(s["cuda_peak_mb"], ".0f", " MB")] if cuda else []),
-                  fmt(s["attribution_coverage"], ".0%"), fmt(s["attribution_precision"], ".0%"))
+        t.add_row(*(cell(s) for _, cell in columns))
     return t
 
 
@@ -473,7 +555,8 @@ def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted
     summary = summarize(rows, plan_.tasks, plan_.strategies)
     reuse = summarize_prefix_reuse(rows, plan_.tasks)
     (plan_.out / "summary.json").write_text(json.dumps(
-        {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable, "results": summary,
+        {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable,
+         "llama_cpp": runner.llama_info or None, "results": summary,
          "prefix_reuse": reuse}, indent=1) + "\n")
     chart(summary, rows, plan_.out / "chart.png")
     console.print(table(summary, runner.unavailable))
@@ -511,8 +594,10 @@ def run(args) -> int:
     if args.max_draft is not None:
         assistant.tuned.draft_tokens = args.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
-    runner = Runner(assistant, plan_.max_new_tokens)
+    runner = Runner(assistant, plan_.max_new_tokens, args.model)
     env = environment(assistant, args)
+    if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
+        env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
     interrupted = False
     # Piped output would be cut to 80 columns, too narrow for the table.

@@ -1,6 +1,10 @@
 """The benchmark records shipped in `benchdata/` (see its SOURCES.md), split once and for all into
 `calibration` records (used to tune settings and find induction heads) and `eval` records
-(used to measure), so that nothing is tuned on what it is measured on."""
+(used to measure), so that nothing is tuned on what it is measured on.
+
+The `fix` task (HumanEvalFix Python, "Fix bugs in NAME.") is already a development split of its
+set and carries each task's tests, so that the bench can check whether a rewrite is correct; all
+its records are `eval` records."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ FOLDER = Path(__file__).parent / "benchdata"
 EDIT_TASKS = {"code-edit": "code_edit.jsonl", "text-edit": "text_edit.jsonl"}
 SPEC_BENCH_TASKS = {"summarization": "summarization", "rag": "rag", "translation": "translation", "qa": "qa"}
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-TASKS = tuple(EDIT_TASKS) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
+FIX_TASK, FIX_FILE = "fix", "humanevalfix_python_dev.jsonl"
+TASKS = tuple(EDIT_TASKS) + (FIX_TASK,) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
 
 
 class DataError(ValueError):
@@ -27,7 +32,8 @@ class Record:
     document: str  # the text to rewrite, or the question of a chat task
     instruction: str = ""  # empty for chat tasks
     earlier_turns: tuple[str, ...] = field(default=())  # MT-Bench: turns the model answers first
-    group: str = ""  # where the record comes from: the edit sets' source, Spec-Bench's category
+    group: str = ""  # where the record comes from: the edit sets' source, Spec-Bench's category, the bug type
+    tests: str = ""  # `fix`: Python that raises unless the rewritten document defines a correct function
 
     @property
     def is_edit(self) -> bool:
@@ -56,6 +62,8 @@ def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
         if task in EDIT_TASKS:
             records = [Record(r["id"], task, r["input"], r["instruction"], group=r["source"])
                        for r in read_jsonl(folder / EDIT_TASKS[task])]
+        elif task == FIX_TASK:
+            return [fix_record(r) for r in read_jsonl(folder / FIX_FILE)] if split == "eval" else []
         else:
             rows = read_jsonl(folder / "spec_bench_question.jsonl")
             categories = MT_BENCH if task == "mt-bench" else (SPEC_BENCH_TASKS[task],)
@@ -65,6 +73,17 @@ def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
     except (KeyError, IndexError, TypeError) as error:
         raise DataError(f"benchmark data for {task!r} lacks a field: {error}") from error
     return [r for r in records if split_of(r.id) == split]
+
+
+def fix_record(row: dict) -> Record:
+    """The buggy function as a user would have it in a file (declaration, docstring, buggy body), and
+    its tests ending with the call `check(NAME)` that runs them."""
+    name, tests = row["entry_point"], row["test"]
+    call = f"check({name})"
+    if not tests.rstrip().endswith(call):
+        tests += f"\n\n{call}\n"
+    return Record(row["task_id"], FIX_TASK, row["prompt"] + row["buggy_solution"], f"Fix bugs in {name}.",
+                  group=row["bug_type"], tests=tests)
 
 
 def sample(records: list[Record], count: int) -> list[Record]:

@@ -116,6 +116,16 @@ def sha256_of(paths: list[Path], into=None) -> str:
     return digest.hexdigest()
 
 
+def verified_sha256(parts: list[Path], sha256: str | None, name: str, into=None) -> str:
+    """`sha256_of` (joining the parts into `into` when given), checked against the published hash if any."""
+    actual = sha256_of(parts, into)
+    if sha256 is not None and actual != sha256:
+        raise ModelError(f"the weights of {name!r} do not match their published sha256 "
+                         f"(expected {sha256}, got {actual}); they may be damaged or tampered with. "
+                         f"Reinstall the packages with --force-reinstall.")
+    return actual
+
+
 def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path, str]:
     """Verify and convert a (possibly split) GGUF into a cached model folder; return (folder, sha256).
 
@@ -129,15 +139,11 @@ def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path
     with tempfile.TemporaryDirectory(dir=models, prefix=".converting-") as work:
         work = Path(work)
         if len(parts) == 1:
-            gguf, actual = parts[0], sha256_of(parts)
+            gguf, actual = parts[0], verified_sha256(parts, sha256, name)
         else:
             gguf = work / "joined.gguf"
             with open(gguf, "wb") as out:
-                actual = sha256_of(parts, into=out)
-        if sha256 is not None and actual != sha256:
-            raise ModelError(f"the weights of {name!r} do not match their published sha256 "
-                             f"(expected {sha256}, got {actual}); they may be damaged or tampered with. "
-                             f"Reinstall the packages with --force-reinstall.")
+                actual = verified_sha256(parts, sha256, name, into=out)
         done = models / f"{name}-{actual[:16]}"
         if done.is_dir():
             return done, actual

