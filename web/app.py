@@ -153,7 +153,7 @@ class GuardHostAndOrigin:
         if scope["type"] == "http" or "websocket.http.response" in scope.get("extensions", {}):
             await response(scope, receive, send)  # on a websocket: a 403 answer to the handshake
         else:
-            await send({"type": "websocket.close", "code": 1008, "reason": problem[:120]})
+            await send({"type": "websocket.close", "code": 1008, "reason": "host or origin not allowed"})
 
 
 def sample_documents() -> list[Sample]:
