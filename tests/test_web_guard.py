@@ -118,6 +118,7 @@ def test_binary_frames_and_deep_json_get_an_error_and_the_socket_stays_usable(se
             for frame, words in [(b'{"document": "x", "instruction": "y"}', "binary"),
                                  ("[" * 100_000, "nested too deeply"),
                                  ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+                                 ('{"max_new_tokens": ' + "9" * 5000 + "}", "malformed JSON"),
                                  (json.dumps({**RUN, "instruction": "\udc00"}), "unicode")]:
                 await ws.send(frame)
                 message = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))

@@ -245,7 +245,7 @@ def parse_message(raw: str) -> dict | str:
     """A websocket request as a JSON object, or the error message that says what is wrong with it."""
     try:
         message = json.loads(raw)
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # JSONDecodeError, or an integer past Python's 4,300 digits
         return f"malformed JSON: {error}"
     except RecursionError:
         return "malformed JSON: nested too deeply"
