@@ -12,7 +12,7 @@ import pytest
 import websockets
 
 from playground import FakeAssistant, serve
-from web.app import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS, create_app
+from web.app import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS, create_app, host_allowed
 
 RUN = {"document": "def add(a, b):\n    return a + b\n", "instruction": "Rename add to plus.", "max_new_tokens": 64}
 
@@ -62,6 +62,22 @@ def test_host_must_be_this_servers_address(server, fake):
     assert handshake(server, f"localhost:{port}").startswith(b"HTTP/1.1 101")
     refused = handshake(server, f"evil.example:{port}")
     assert refused.startswith(b"HTTP/1.1 403")
+
+
+@pytest.mark.parametrize("host, server, allowed", [
+    ("localhost:8000", ("::ffff:127.0.0.1", 8000), True),  # bound to "::", reached over IPv4 loopback
+    ("127.0.0.1:8000", ("::ffff:127.0.0.1", 8000), True),
+    ("[::1]:8000", ("::1", 8000), True),
+    ("192.168.1.5:8000", ("192.168.1.5", 8000), True),  # bound to 0.0.0.0, reached on the LAN address
+    ("localhost:8000", ("192.168.1.5", 8000), False),  # localhost names only on a loopback connection
+    ("evil.example", ("127.0.0.1", 8000), False),
+    ("", ("127.0.0.1", 8000), False),
+    (None, ("127.0.0.1", 8000), False),
+    ("localhost", None, True),  # no socket address (a unix socket): local names only
+    ("evil.example", None, False),
+])
+def test_host_rule(host, server, allowed):
+    assert host_allowed(host, server) is allowed
 
 
 def test_post_has_the_websockets_origin_policy(server, fake):

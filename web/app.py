@@ -110,12 +110,14 @@ def host_allowed(host: str | None, server: tuple | None) -> bool:
     name = urlsplit(f"//{host}").hostname if host else None
     if not name:
         return False
-    local = str(server[0]) if server else "127.0.0.1"  # no address (a unix socket): only local names
+    local = str(server[0]).lower() if server else "127.0.0.1"  # no address (a unix socket): local names only
     try:
-        loopback = ipaddress.ip_address(local).is_loopback
+        address = ipaddress.ip_address(local)
     except ValueError:  # a test client's made-up server name
-        loopback = False
-    return name == local.lower() or (loopback and name in LOCAL_HOSTS)
+        return name == local
+    if address.version == 6 and address.ipv4_mapped:  # an IPv4 connection to a dual-stack ("::") socket
+        address = address.ipv4_mapped
+    return name in (local, str(address)) or (address.is_loopback and name in LOCAL_HOSTS)
 
 
 def origin_allowed(origin: str | None, host: str | None) -> bool:
