@@ -116,6 +116,21 @@ def test_a_post_client_that_disconnects_cancels_its_rewrite(server, fake):
     assert fake.stopped == ["cancelled"]
 
 
+def test_a_websocket_that_closes_cancels_its_rewrite_running_or_queued(server, fake):
+    async def main():
+        running = await websockets.connect(f"ws://{server}/ws/rewrite")
+        queued = await websockets.connect(f"ws://{server}/ws/rewrite")
+        await running.send(json.dumps(LONG))
+        await until(running, "delta")
+        await queued.send(json.dumps(LONG))
+        await until(queued, "queued")
+        await queued.close()
+        await running.close()
+    asyncio.run(main())
+    eventually(lambda: fake.running == 0, "a closed socket's rewrite kept running")
+    assert sorted(fake.stopped) == ["cancelled", "cancelled"]
+
+
 def test_healthz_answers_while_50_abandoned_requests_are_pending(server, fake):
     sockets = [open_post(server, LONG) for _ in range(50)]
     eventually(lambda: fake.running == 50, "the requests did not all reach the engine")
