@@ -93,6 +93,7 @@ class FakeAssistant:
             stats = Stats(len(spans), len(spans), self.step_seconds * len(spans), 10, len(spans), 0, 0.0)
             yield Result(text, merge_spans(spans), stats, stopped, spans)
         finally:
+            time.sleep(self.step_seconds)  # like the engine, it takes a moment to let go after its Result
             self.turns.leave(ticket)
             with self.lock:
                 self.running -= 1

@@ -91,6 +91,17 @@ def test_unfinished_answers_are_marked_over_the_websocket(server):
     asyncio.run(main())
 
 
+def test_a_socket_may_ask_again_as_soon_as_it_has_its_answer():
+    """The page's Compare sends its second run the moment the first is done."""
+    with serve(create_app(lambda: FakeAssistant(chars=16, step_seconds=0.05), "fake")) as server:
+        async def main():
+            async with websockets.connect(f"ws://{server}/ws/rewrite") as ws:
+                for _ in range(3):
+                    await ws.send(json.dumps(RUN))
+                    assert (await until(ws, "done", "error"))[-1]["type"] == "done"
+        asyncio.run(main())
+
+
 def test_a_failed_rewrite_says_so():
     with serve(create_app(lambda: FakeAssistant(step_seconds=0.0, fail_after=2), "fake")) as server:
         with httpx.Client(base_url=f"http://{server}", timeout=60) as http:

@@ -393,6 +393,8 @@ def create_app(assistant_factory: Callable[[], Any], model_name: str = "",
                         messages = event_messages(event)
                     for message in messages:
                         await websocket.send_json(message)
+                    if messages and messages[-1]["type"] in ("done", "error"):
+                        return  # the socket is free for its next request while the engine tidies up
             except Busy as error:
                 await send_error(str(error))
             except (WebSocketDisconnect, RuntimeError):  # the client went away: stop generating
