@@ -149,7 +149,7 @@ def test_page_marks_an_unfinished_answer(fake_url, browser):
         expect(page.locator("#unfinished")).to_be_visible()
         assert "token limit" in page.locator("#unfinished").inner_text()
         status = page.locator("#status")
-        assert status.inner_text().startswith("Unfinished") and "max_new_tokens" in status.inner_text()
+        assert status.inner_text().startswith("Unfinished") and "Max tokens" in status.inner_text()
         assert "error" in status.get_attribute("class")
         page.fill("#max-tokens", "256")
         page.click("#run")

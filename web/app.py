@@ -213,7 +213,7 @@ def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
     if result.stopped == "length":
         limit = f"max_new_tokens={request.max_new_tokens}" if request.max_new_tokens else "the default max_new_tokens"
         return (f"the answer stopped at the token limit ({limit}, {result.stats.new_tokens} tokens) before it "
-                f"finished: raise max_new_tokens or rewrite a shorter part of the document")
+                f"finished: raise max_new_tokens (Max tokens on the page) or rewrite a shorter part of the document")
     if result.stopped == "cancelled":
         return "the rewrite was cancelled before it finished: run it again for the whole answer"
     return f"the rewrite stopped early ({result.stopped}): the answer is not whole"
