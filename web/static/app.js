@@ -154,7 +154,7 @@ function onMessage(msg) {
   } else if (msg.type === "delta") {
     if (!run.steps.length) setStatus(`Running ${run.strategy}…`);
     run.text += msg.text;
-    run.chars.push(...codePoints(msg.text));
+    for (const c of msg.text) run.chars.push(c);  // by code point; no argument-count limit on a long delta
     run.tokens.push(...msg.tokens);
     appendTokens(msg.tokens);
   } else if (msg.type === "step") {
