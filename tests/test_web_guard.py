@@ -154,3 +154,17 @@ def test_websocket_message_is_bounded_like_a_body(server):
                 await asyncio.wait_for(ws.recv(), timeout=30)
             assert closed.value.rcvd.code == 1009  # message too big
     asyncio.run(main())
+
+
+def test_websocket_message_is_bounded_by_the_app_too(fake):
+    """Under a server that does not bound websocket messages (TestClient here), the app refuses one
+    over the limit before parsing it, and the socket stays usable."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(lambda: fake, "fake")) as client:
+        with client.websocket_connect("/ws/rewrite") as ws:
+            ws.send_text(json.dumps({**RUN, "document": "x" * MAX_BODY_BYTES}))
+            message = ws.receive_json()
+            assert message["type"] == "error" and "the most a valid request takes" in message["message"]
+            ws.send_text("{bad")
+            assert ws.receive_json()["type"] == "error"

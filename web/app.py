@@ -245,6 +245,8 @@ def event_messages(event) -> list[dict]:
 
 def parse_message(raw: str) -> dict | str:
     """A websocket request as a JSON object, or the error message that says what is wrong with it."""
+    if len(raw) > MAX_BODY_BYTES:  # server_config stops it sooner; a server run with other settings may not
+        return f"the message is over {MAX_BODY_BYTES:,} characters, the most a valid request takes"
     try:
         message = json.loads(raw)
     except ValueError as error:  # JSONDecodeError, or an integer past Python's 4,300 digits
