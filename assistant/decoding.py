@@ -92,6 +92,8 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
     With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
     (never all of it: the last prefilled position is recomputed so there is something to feed).
     """
+    if cancel is not None and cancel.is_set():
+        return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
     draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
     capacity = len(prompt) + max_new_tokens + draft_length.most + 1
     cache = preallocated_cache(model, capacity)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
+from playground import FakeAssistant, serve
 from web.app import create_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -23,75 +20,154 @@ def base_url():
     from assistant import Assistant
 
     assistant = Assistant(model="smollm2-135m", strategy="pld+h")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(lambda: assistant, "smollm2-135m"), host="127.0.0.1",
-                                           port=port, log_level="warning", ws="websockets-sansio"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started:
-        assert time.time() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve(create_app(lambda: assistant, "smollm2-135m")) as address:
+        yield f"http://{address}"
 
 
-def test_playground_runs_and_attributes(base_url):
-    from playwright.sync_api import expect, sync_playwright
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
                                                                     "--disable-background-networking"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(base_url + "/")
-            expect(page.locator("#model-status")).to_have_class("model-status ready", timeout=120_000)
-            expect(page.locator("#run")).to_be_enabled()
-            assert page.locator("#sample option").count() >= 3
-            page.select_option("#sample", index=1)  # the short Python sample
-            assert "def add" in page.input_value("#document")
-            page.fill("#max-tokens", "40")
-            page.select_option("#strategy", "pld+h")
-            page.click("#run")
-            expect(page.locator("#status")).to_contain_text("Done", timeout=240_000)
-            expect(page.locator("#fig-tps")).not_to_have_text("–")
-
-            copied = page.locator("#output span.copied").first
-            expect(copied).to_be_visible()
-            start, end = int(copied.get_attribute("data-source-start")), int(copied.get_attribute("data-source-end"))
-            assert 0 <= start < end
-            copied.hover()
-            lit = page.locator("#source-view .src.hl")
-            expect(lit.first).to_be_visible()
-            assert int(lit.first.get_attribute("data-start")) < end
-            document = page.input_value("#document")
-            assert document[start:end] in "".join(lit.all_text_contents()) or start < end
-
-            # hovering a source range lights up the output copied from it
-            page.mouse.move(0, 0)
-            source = page.locator("#source-view .src.copied").first
-            source.hover()
-            expect(page.locator("#output .copied.hl").first).to_be_visible()
-
-            page.screenshot(path=str(shot("playground-source-hover.png")), full_page=True)
-
-            page.click(".tab[data-tab=diff]")
-            expect(page.locator("#diff")).to_be_visible()
-            assert page.locator("#diff").inner_text().strip()
-            page.click(".tab[data-tab=output]")
-            copied.hover()
-            page.screenshot(path=str(shot("playground.png")), full_page=True)
-            assert not errors, errors
+            yield browser
         finally:
             browser.close()
+
+
+def test_playground_runs_and_attributes(base_url, browser):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(base_url + "/")
+        expect(page.locator("#model-status")).to_have_class("model-status ready", timeout=120_000)
+        expect(page.locator("#run")).to_be_enabled()
+        assert page.locator("#sample option").count() >= 3
+        page.select_option("#sample", index=1)  # the short Python sample
+        assert "def add" in page.input_value("#document")
+        page.fill("#max-tokens", "40")
+        page.select_option("#strategy", "pld+h")
+        page.click("#run")
+        expect(page.locator("#status")).to_contain_text("Done", timeout=240_000)
+        expect(page.locator("#fig-tps")).not_to_have_text("–")
+
+        copied = page.locator("#output span.copied").first
+        expect(copied).to_be_visible()
+        start, end = int(copied.get_attribute("data-source-start")), int(copied.get_attribute("data-source-end"))
+        assert 0 <= start < end
+        copied.hover()
+        lit = page.locator("#source-view .src.hl")
+        expect(lit.first).to_be_visible()
+        assert int(lit.first.get_attribute("data-start")) < end
+        document = page.input_value("#document")
+        assert document[start:end] in "".join(lit.all_text_contents()) or start < end
+
+        # hovering a source range lights up the output copied from it
+        page.mouse.move(0, 0)
+        source = page.locator("#source-view .src.copied").first
+        source.hover()
+        expect(page.locator("#output .copied.hl").first).to_be_visible()
+
+        page.screenshot(path=str(shot("playground-source-hover.png")), full_page=True)
+
+        page.click(".tab[data-tab=diff]")
+        expect(page.locator("#diff")).to_be_visible()
+        assert page.locator("#diff").inner_text().strip()
+        page.click(".tab[data-tab=output]")
+        copied.hover()
+        page.screenshot(path=str(shot("playground.png")), full_page=True)
+        assert not errors, errors
+    finally:
+        page.close()
 
 
 def shot(name: str) -> Path:
     folder = ROOT / "artifacts"
     folder.mkdir(exist_ok=True)
     return folder / name
+
+
+# ---------------------------------------------------------------- the page's own duties, with a fake assistant
+
+def run_in_page(page, base_url: str, document: str, max_tokens: int = 256) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(base_url + "/")
+    expect(page.locator("#run")).to_be_enabled(timeout=60_000)
+    page.fill("#document", document)
+    page.fill("#instruction", "Copy it.")
+    page.fill("#max-tokens", str(max_tokens))
+    page.click("#run")
+    expect(page.locator("#run")).to_be_enabled(timeout=60_000)  # the run has ended
+
+
+@pytest.fixture(scope="module")
+def fake_url():
+    with serve(create_app(lambda: FakeAssistant(chars=3, step_seconds=0.0), "fake")) as address:
+        yield f"http://{address}"
+
+
+def test_page_slices_by_code_points(fake_url, browser):
+    """The server's offsets are code points; after an emoji, UTF-16 slicing would shift every piece."""
+    document = "# 😀 smile, 𝒳 marks it\ndef add(a, b):\n    return a + b  # 🎉\n"
+    page = browser.new_page()
+    try:
+        run_in_page(page, fake_url, document)
+        assert page.locator("#status").inner_text().startswith("Done")
+        pieces = page.locator("#output span")
+        assert "".join(pieces.all_text_contents()) == document
+        copied = page.locator("#output span.copied")
+        assert copied.count() > 3
+        for i in range(copied.count()):
+            span = copied.nth(i)
+            start, end = int(span.get_attribute("data-source-start")), int(span.get_attribute("data-source-end"))
+            assert span.text_content() == document[start:end], (start, end)
+        sources = page.locator("#source-view .src")
+        assert "".join(sources.all_text_contents()) == document
+        for i in range(sources.count()):
+            span = sources.nth(i)
+            start, end = int(span.get_attribute("data-start")), int(span.get_attribute("data-end"))
+            assert span.text_content() == document[start:end], (start, end)
+        last = copied.last
+        last.hover()  # its source lights up: the same characters
+        assert page.locator("#source-view .src.hl").first.text_content() == last.text_content()
+    finally:
+        page.close()
+
+
+def test_page_marks_an_unfinished_answer(fake_url, browser):
+    from playwright.sync_api import expect
+
+    page = browser.new_page()
+    try:
+        run_in_page(page, fake_url, "def add(a, b):\n    return a + b\n", max_tokens=2)
+        expect(page.locator("#unfinished")).to_be_visible()
+        assert "token limit" in page.locator("#unfinished").inner_text()
+        status = page.locator("#status")
+        assert status.inner_text().startswith("Unfinished") and "Max tokens" in status.inner_text()
+        assert "error" in status.get_attribute("class")
+        page.fill("#max-tokens", "256")
+        page.click("#run")
+        expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
+        expect(page.locator("#unfinished")).to_be_hidden()
+    finally:
+        page.close()
+
+
+def test_page_marks_a_failed_answer(browser):
+    from playwright.sync_api import expect
+
+    with serve(create_app(lambda: FakeAssistant(step_seconds=0.0, fail_after=2), "fake")) as address:
+        page = browser.new_page()
+        try:
+            run_in_page(page, f"http://{address}", "def add(a, b):\n    return a + b\n")
+            expect(page.locator("#unfinished")).to_be_visible()
+            assert "the rewrite failed" in page.locator("#unfinished").inner_text()
+            assert page.locator("#output span").count() == 2  # what came before the failure, marked
+        finally:
+            page.close()

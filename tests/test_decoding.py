@@ -256,6 +256,18 @@ def test_cancel_before_start_yields_nothing(tiny_model):
         assert list(decode(tiny_model, [5] * 10, drafter, max_new_tokens=10, draft_tokens=4, cancel=cancel)) == []
 
 
+def test_cancel_before_start_runs_no_prefill(tiny_model, monkeypatch):
+    """A request cancelled while it waits for its turn leaves the line at once; it must not then run
+    its prompt through the model beside the generation that holds it."""
+    def no_forward(*args, **kwargs):
+        raise AssertionError("a cancelled decode ran a forward")
+
+    monkeypatch.setattr(decoding, "forward", no_forward)
+    cancel = threading.Event()
+    cancel.set()
+    assert list(decode(tiny_model, [5] * 10, HiddenDraft(1), max_new_tokens=10, draft_tokens=4, cancel=cancel)) == []
+
+
 def test_cancel_during_generation_stops_after_the_current_step(tiny_model):
     for drafter in (NoDraft(), NgramDraft(), HiddenDraft(1)):
         cancel = threading.Event()

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 
 import pytest
-import uvicorn
 import websockets
 from fastapi.testclient import TestClient
 
+from playground import serve, wait_loaded
 from web.app import MAX_DOCUMENT_CHARS, create_app
 
 DOC = "def add(a, b):\n    return a + b\n"
@@ -31,13 +28,6 @@ def assistant():
     return Assistant(model="smollm2-135m", strategy="pld+h")
 
 
-def wait_loaded(get) -> None:
-    deadline = time.time() + 120
-    while not get("/healthz").json()["model_loaded"]:
-        assert time.time() < deadline, "the model did not load"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def client(assistant):
     with TestClient(create_app(lambda: assistant, "smollm2-135m")) as client:
@@ -48,24 +38,8 @@ def client(assistant):
 @pytest.fixture(scope="module")
 def server(assistant):
     """A real uvicorn server on a free port; yields its host:port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = uvicorn.Config(create_app(lambda: assistant, "smollm2-135m"), host="127.0.0.1", port=port,
-                            log_level="warning", ws="websockets-sansio")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started:
-        assert time.time() < deadline, "the server did not start"
-        time.sleep(0.05)
-    import httpx
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
-        wait_loaded(http.get)
-    yield f"127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve(create_app(lambda: assistant, "smollm2-135m")) as address:
+        yield address
 
 
 # ---------------------------------------------------------------- HTTP
@@ -88,6 +62,7 @@ def test_http_rewrite(client):
     done = response.json()
     assert done["type"] == "done" and done["strategy"] == "pld+h"
     assert done["stats"]["new_tokens"] <= 8 and done["stopped"] in ("eos", "length", "stop")
+    assert done["complete"] is (done["stopped"] != "length") and (done["reason"] is None) is done["complete"]
     for span in done["spans"]:
         a, b = span["output"]
         c, d = span["source"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import threading
 from contextlib import asynccontextmanager, closing
@@ -14,9 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, HTTPException, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assistant import STRATEGIES, Delta, Queued, Result, RewriteError
@@ -25,7 +28,12 @@ STATIC = Path(__file__).parent / "static"
 MAX_DOCUMENT_CHARS = 200_000
 MAX_INSTRUCTION_CHARS = 10_000
 MAX_NEW_TOKENS = 4096
+# The largest valid request: every character of the text written as a JSON escape pair (12 bytes).
+MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
+MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
+MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
 
 
 # ---------------------------------------------------------------- request and response models
@@ -61,6 +69,8 @@ class RewriteResponse(BaseModel):
     spans: list[SpanModel]
     stats: dict[str, float | int]
     stopped: str = Field(description="eos, length, stop or cancelled")
+    complete: bool = Field(description="false when the answer did not end by itself (token limit, cancel)")
+    reason: str | None = Field(description="why the answer is unfinished and what to change; null when complete")
     strategy: str
 
 
@@ -94,6 +104,22 @@ def validation_message(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def host_allowed(host: str | None, server: tuple | None) -> bool:
+    """DNS rebinding: a page from another site may resolve its own name to this machine, so the
+    Host header must name the address the connection came in on (or localhost, on a loopback one)."""
+    name = urlsplit(f"//{host}").hostname if host else None
+    if not name:
+        return False
+    local = str(server[0]).lower() if server else "127.0.0.1"  # no address (a unix socket): local names only
+    try:
+        address = ipaddress.ip_address(local)
+    except ValueError:  # a test client's made-up server name
+        return name == local
+    if address.version == 6 and address.ipv4_mapped:  # an IPv4 connection to a dual-stack ("::") socket
+        address = address.ipv4_mapped
+    return name in (local, str(address)) or (address.is_loopback and name in LOCAL_HOSTS)
+
+
 def origin_allowed(origin: str | None, host: str | None) -> bool:
     """Browsers send Origin; a page from another site must not drive the local model."""
     if not origin:
@@ -102,6 +128,34 @@ def origin_allowed(origin: str | None, host: str | None) -> bool:
     if parts.scheme not in ("http", "https"):
         return False
     return parts.netloc == (host or "") or (parts.hostname or "") in LOCAL_HOSTS
+
+
+def refusal(scope) -> str | None:
+    """Why a request must not reach the app: a foreign Host or Origin; None when it may."""
+    headers = Headers(scope=scope)
+    host = headers.get("host")
+    if not host_allowed(host, scope.get("server")):
+        return f"host {host!r} is not this server's address: open the playground by its address or as localhost"
+    if not origin_allowed(headers.get("origin"), host):
+        return f"origin {headers.get('origin')!r} is not allowed: use the playground page served by this server"
+    return None
+
+
+class GuardHostAndOrigin:
+    """ASGI middleware: refuses a foreign Host or Origin on HTTP and websocket alike, before the app runs."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        problem = refusal(scope) if scope["type"] in ("http", "websocket") else None
+        if problem is None:
+            return await self.app(scope, receive, send)
+        response = JSONResponse({"detail": problem}, status_code=403)
+        if scope["type"] == "http" or "websocket.http.response" in scope.get("extensions", {}):
+            await response(scope, receive, send)  # on a websocket: a 403 answer to the handshake
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": "host or origin not allowed"})
 
 
 def sample_documents() -> list[Sample]:
@@ -152,8 +206,29 @@ def start_rewrite(assistant, request: RewriteRequest, cancel: threading.Event | 
                              temperature=request.temperature, max_new_tokens=request.max_new_tokens, cancel=cancel)
 
 
-def done_message(result: Result, strategy: str) -> dict:
-    return {"type": "done", **result.to_json(), "strategy": strategy}
+def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
+    """Why an answer did not end by itself, and what would let it finish; None when it did."""
+    if result.stopped in COMPLETE:
+        return None
+    if result.stopped == "length":
+        limit = f"max_new_tokens={request.max_new_tokens}" if request.max_new_tokens else "the default max_new_tokens"
+        return (f"the answer stopped at the token limit ({limit}, {result.stats.new_tokens} tokens) before it "
+                f"finished: raise max_new_tokens (Max tokens on the page) or rewrite a shorter part of the document")
+    if result.stopped == "cancelled":
+        return "the rewrite was cancelled before it finished: run it again for the whole answer"
+    return f"the rewrite stopped early ({result.stopped}): the answer is not whole"
+
+
+def done_message(result: Result, request: RewriteRequest, strategy: str) -> dict:
+    reason = unfinished_reason(result, request)
+    return {"type": "done", **result.to_json(), "complete": reason is None, "reason": reason, "strategy": strategy}
+
+
+def failure_message(error: Exception) -> str:
+    """An engine failure in the middle of a run: nothing streamed so far is a whole answer."""
+    if isinstance(error, RewriteError):
+        return str(error)
+    return f"the rewrite failed ({type(error).__name__}: {error}); any output so far is unfinished"
 
 
 def event_messages(event) -> list[dict]:
@@ -168,11 +243,27 @@ def event_messages(event) -> list[dict]:
     return []
 
 
+def parse_message(raw: str) -> dict | str:
+    """A websocket request as a JSON object, or the error message that says what is wrong with it."""
+    if len(raw) > MAX_BODY_BYTES:  # server_config stops it sooner; a server run with other settings may not
+        return f"the message is over {MAX_BODY_BYTES:,} characters, the most a valid request takes"
+    try:
+        message = json.loads(raw)
+    except ValueError as error:  # JSONDecodeError, or an integer past Python's 4,300 digits
+        return f"malformed JSON: {error}"
+    except RecursionError:
+        return "malformed JSON: nested too deeply"
+    return message if isinstance(message, dict) else "a message must be a JSON object"
+
+
 def pump(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, assistant, request: RewriteRequest,
-         cancel: threading.Event) -> None:
+         cancel: threading.Event, done: Callable[[], None]) -> None:
     """Runs in a worker thread: drives the engine and hands every event to the event loop."""
     def put(item) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (server shutdown): nobody is listening
+            cancel.set()
 
     try:
         with closing(start_rewrite(assistant, request, cancel)) as events:
@@ -181,14 +272,56 @@ def pump(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, assistant, reque
     except Exception as error:
         put(error)
     finally:
+        done()
         put(None)
+
+
+class Busy(Exception):
+    """Too many rewrites are already waiting; the client should try again later."""
+
+
+class Generations:
+    """Starts each rewrite in its own thread, at most `limit` at once, so a flood is refused rather
+    than piling up threads; the engine runs them one at a time in arrival order."""
+
+    def __init__(self, limit: int = MAX_GENERATIONS):
+        self.slots = threading.BoundedSemaphore(limit)
+        self.limit = limit
+
+    async def events(self, assistant, request: RewriteRequest, cancel: threading.Event):
+        """Yield the engine's events (an exception it raised comes as an event); raises Busy when full."""
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"the server is busy: {self.limit} rewrites are already running or waiting; try again later")
+        queue: asyncio.Queue = asyncio.Queue()
+        threading.Thread(target=pump, args=(asyncio.get_running_loop(), queue, assistant, request, cancel,
+                                            self.slots.release), name="rewrite", daemon=True).start()
+        while (event := await queue.get()) is not None:
+            yield event
+
+
+async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Waits for the HTTP client to go away (the body is read by now), then cancels its rewrite."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    cancel.set()
+
+
+def validation_detail(error: RequestValidationError) -> list[dict]:
+    """FastAPI's 422 detail without the `input` it echoes, which may be the whole (large) body."""
+    def message(item: dict) -> str:
+        cause = item.get("ctx", {}).get("error")
+        return f"{item['msg']}: {cause}" if isinstance(cause, str) else item["msg"]
+
+    return [{"loc": list(item["loc"]), "msg": message(item), "type": item["type"]} for item in error.errors()]
 
 
 # ---------------------------------------------------------------- the app
 
-def create_app(assistant_factory: Callable[[], Any], model_name: str = "") -> FastAPI:
+def create_app(assistant_factory: Callable[[], Any], model_name: str = "",
+               max_generations: int = MAX_GENERATIONS) -> FastAPI:
     """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread)."""
     holder = ModelHolder(assistant_factory, model_name)
+    generations = Generations(max_generations)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -196,16 +329,22 @@ def create_app(assistant_factory: Callable[[], Any], model_name: str = "") -> Fa
         yield
 
     app = FastAPI(title="Editor assistant playground", version="0.1.0", lifespan=lifespan,
-                  description="Instruction-driven rewrites with PLD+ decoding and copy attribution.")
+                  description="Instruction-driven rewrites with PLD+ decoding and copy attribution.",
+                  max_body_size=MAX_BODY_BYTES)
     app.state.holder = holder
+    app.add_middleware(GuardHostAndOrigin)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_detail(error)}, status_code=422)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
     @app.get("/healthz", response_model=Health)
-    def healthz() -> Health:
-        """Whether the model has loaded (or why it could not)."""
+    async def healthz() -> Health:
+        """Whether the model has loaded (or why it could not). Runs on the event loop, never waiting for a thread."""
         assistant = holder.assistant
         return Health(model_loaded=assistant is not None, model=holder.name, error=holder.error,
                       strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None))
@@ -215,25 +354,28 @@ def create_app(assistant_factory: Callable[[], Any], model_name: str = "") -> Fa
         """A few documents to try, with an instruction each."""
         return sample_documents()
 
-    @app.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 503: {}})
-    def rewrite(request: RewriteRequest) -> dict:
-        """Run a rewrite to the end and return the result (the websocket streams the same thing)."""
+    @app.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 403: {}, 413: {}, 500: {}, 503: {}})
+    async def rewrite(body: RewriteRequest, request: Request) -> dict:
+        """Run a rewrite to the end and return the result (the websocket streams the same thing).
+        A client that disconnects cancels its rewrite."""
         assistant = holder.require()
+        cancel = threading.Event()
+        watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
         try:
-            events = start_rewrite(assistant, request, None)
-        except RewriteError as error:
-            raise HTTPException(400, str(error))
-        with closing(events):
-            for event in events:
+            async for event in generations.events(assistant, body, cancel):
+                if isinstance(event, Exception):
+                    raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
                 if isinstance(event, Result):
-                    return done_message(event, request.strategy or assistant.strategy)
+                    return done_message(event, body, body.strategy or assistant.strategy)
+        except Busy as error:
+            raise HTTPException(503, str(error))
+        finally:
+            cancel.set()
+            watcher.cancel()
         raise HTTPException(500, "the engine ended without a result")
 
     @app.websocket("/ws/rewrite")
     async def rewrite_socket(websocket: WebSocket) -> None:
-        if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host")):
-            await websocket.close(code=1008, reason="origin not allowed")
-            return
         await websocket.accept()
         running: asyncio.Task | None = None
         cancel = threading.Event()
@@ -242,40 +384,32 @@ def create_app(assistant_factory: Callable[[], Any], model_name: str = "") -> Fa
             await websocket.send_json({"type": "error", "message": message})
 
         async def stream(request: RewriteRequest, cancel: threading.Event, assistant) -> None:
-            loop = asyncio.get_running_loop()
-            queue: asyncio.Queue = asyncio.Queue()
-            thread = threading.Thread(target=pump, args=(loop, queue, assistant, request, cancel), daemon=True)
-            thread.start()
             strategy = request.strategy or assistant.strategy
-            connected = True
-            while (event := await queue.get()) is not None:
-                if not connected:
-                    continue  # drain until the worker has stopped
-                if isinstance(event, Result):
-                    messages = [done_message(event, strategy)]
-                elif isinstance(event, RewriteError):
-                    messages = [{"type": "error", "message": str(event)}]
-                elif isinstance(event, Exception):
-                    messages = [{"type": "error", "message": f"{type(event).__name__}: {event}"}]
-                else:
-                    messages = event_messages(event)
-                try:
+            try:
+                async for event in generations.events(assistant, request, cancel):
+                    if isinstance(event, Result):
+                        messages = [done_message(event, request, strategy)]
+                    elif isinstance(event, Exception):
+                        messages = [{"type": "error", "message": failure_message(event)}]
+                    else:
+                        messages = event_messages(event)
                     for message in messages:
                         await websocket.send_json(message)
-                except Exception:  # the client went away: stop generating
-                    connected = False
-                    cancel.set()
+                    if messages and messages[-1]["type"] in ("done", "error"):
+                        return  # the socket is free for its next request while the engine tidies up
+            except Busy as error:
+                await send_error(str(error))
+            except (WebSocketDisconnect, RuntimeError):  # the client went away: stop generating
+                cancel.set()
 
         try:
-            while True:
-                raw = await websocket.receive_text()
-                try:
-                    message = json.loads(raw)
-                except json.JSONDecodeError as error:
-                    await send_error(f"malformed JSON: {error}")
+            while (frame := await websocket.receive())["type"] != "websocket.disconnect":
+                if frame.get("text") is None:
+                    await send_error("binary frames are not accepted: send the request as JSON text")
                     continue
-                if not isinstance(message, dict):
-                    await send_error("a message must be a JSON object")
+                message = parse_message(frame["text"])
+                if isinstance(message, str):
+                    await send_error(message)
                     continue
                 kind = message.pop("type", "rewrite")
                 is_running = running is not None and not running.done()
@@ -322,6 +456,15 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
+def server_config(app: FastAPI, host: str, port: int, **options):
+    """uvicorn's settings for the playground: a websocket message is bounded like an HTTP body, and so
+    is the number of connections, so no client can make the server hold unbounded memory."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", ws_max_size=MAX_BODY_BYTES,
+                          limit_concurrency=MAX_CONNECTIONS, **options)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -331,5 +474,5 @@ def run(args: argparse.Namespace) -> int:
         return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
 
     print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
-    uvicorn.run(create_app(factory, args.model), host=args.host, port=args.port)
+    uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()
     return 0

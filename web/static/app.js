@@ -7,7 +7,7 @@ const els = {
   instruction: $("instruction"), preset: $("preset"), strategy: $("strategy"), temperature: $("temperature"),
   maxTokens: $("max-tokens"), compare: $("compare"), run: $("run"), stop: $("stop"), status: $("status"),
   output: $("output"), diff: $("diff"), chart: $("chart"), compareResult: $("compare-result"),
-  modelStatus: $("model-status"), modelText: $("model-text"),
+  modelStatus: $("model-status"), modelText: $("model-text"), unfinished: $("unfinished"),
 };
 
 let samples = [];
@@ -15,7 +15,12 @@ let socket = null;
 let running = false;
 let plan = [];          // strategies still to run (compare mode runs "ar" first)
 let compareRuns = [];   // [{strategy, stats}]
-let run = null;         // the run being shown: {document, text, tokens, steps}
+let run = null;         // the run being shown: {document, text, chars, tokens, steps}
+
+// The server's offsets count code points (Python string indices); JavaScript strings count UTF-16
+// units, which differ after an emoji. So text is sliced as arrays of code points.
+const codePoints = (text) => Array.from(text);
+const slice = (chars, a, b) => chars.slice(a, b).join("");
 
 // ------------------------------------------------------------------ model status and samples
 
@@ -71,7 +76,10 @@ function connect() {
     socket = new WebSocket(`${scheme}://${location.host}/ws/rewrite`);
     socket.onopen = () => resolve(socket);
     socket.onerror = () => reject(new Error("cannot connect to the server"));
-    socket.onclose = () => { if (running) finish("The connection closed.", true); socket = null; };
+    socket.onclose = () => {
+      if (running) fail("The connection closed before the answer finished.");
+      socket = null;
+    };
     socket.onmessage = (event) => onMessage(JSON.parse(event.data));
   });
 }
@@ -102,7 +110,8 @@ function next() {
   };
   const max = parseInt(els.maxTokens.value, 10);
   if (max > 0) request.max_new_tokens = max;
-  run = { document: request.document, strategy, text: "", tokens: [], steps: [], rendered: 0 };
+  run = { document: request.document, strategy, text: "", chars: [], tokens: [], steps: [], rendered: 0 };
+  markUnfinished(null);
   els.output.textContent = "";
   els.diff.textContent = "";
   renderSourceView([]);
@@ -116,6 +125,19 @@ function stop() {
   plan = [];
   if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "cancel" }));
   setStatus("Stopping…");
+}
+
+// An answer that did not end by itself (token limit, cancel, failure) is never shown as if whole.
+function markUnfinished(reason) {
+  els.unfinished.textContent = reason ? `Unfinished: ${reason}` : "";
+  els.unfinished.classList.toggle("hidden", !reason);
+  els.output.classList.toggle("partial", Boolean(reason));
+  els.diff.classList.toggle("partial", Boolean(reason));
+}
+
+function fail(message) {
+  if (run && run.text) markUnfinished(message);
+  finish(message, true);
 }
 
 function finish(message, error = false) {
@@ -132,6 +154,7 @@ function onMessage(msg) {
   } else if (msg.type === "delta") {
     if (!run.steps.length) setStatus(`Running ${run.strategy}…`);
     run.text += msg.text;
+    for (const c of msg.text) run.chars.push(c);  // by code point; no argument-count limit on a long delta
     run.tokens.push(...msg.tokens);
     appendTokens(msg.tokens);
   } else if (msg.type === "step") {
@@ -141,19 +164,21 @@ function onMessage(msg) {
   } else if (msg.type === "done") {
     onDone(msg);
   } else if (msg.type === "error") {
-    finish(msg.message, true);
+    fail(msg.message);
   }
 }
 
 function onDone(msg) {
   run.text = msg.text;
-  renderOutput(msg.text, msg.spans);
+  run.chars = codePoints(msg.text);
+  markUnfinished(msg.complete ? null : msg.reason);
+  renderOutput(run.chars, msg.spans);
   renderSourceView(msg.spans);
   renderDiff(run.document, msg.text);
   updateFigures(msg.stats);
   drawChart();
   const s = msg.stats;
-  const summary = `${msg.stopped === "cancelled" ? "Stopped" : "Done"} (${msg.strategy}, ${msg.stopped}): ` +
+  const summary = `${msg.complete ? "Done" : "Unfinished"} (${msg.strategy}, ${msg.stopped}): ` +
     `${s.new_tokens} tokens in ${s.seconds.toFixed(2)} s, ${s.steps} steps.`;
   compareRuns.push({ strategy: msg.strategy, stats: s });
   if (plan.length && msg.stopped !== "cancelled") {
@@ -161,7 +186,7 @@ function onDone(msg) {
     return next();
   }
   if (compareRuns.length === 2) showCompare();
-  finish(summary);
+  finish(msg.complete ? summary : `${summary} ${msg.reason}`, !msg.complete);
 }
 
 function showCompare() {
@@ -198,30 +223,30 @@ function appendTokens(tokens) {
   for (const t of sorted) {
     const [a, b] = t.output;
     if (a < run.rendered) continue;
-    if (a > run.rendered) els.output.append(piece(run.text.slice(run.rendered, a), null));
-    els.output.append(piece(run.text.slice(a, b), t.source));
+    if (a > run.rendered) els.output.append(piece(slice(run.chars, run.rendered, a), null));
+    els.output.append(piece(slice(run.chars, a, b), t.source));
     run.rendered = b;
   }
   els.output.scrollTop = els.output.scrollHeight;
 }
 
-function renderOutput(text, spans) {
+function renderOutput(chars, spans) {
   els.output.textContent = "";
   let at = 0;
   const frag = document.createDocumentFragment();
   for (const s of spans) {
     const [a, b] = s.output;
-    if (a > at) frag.append(piece(text.slice(at, a), null));
-    frag.append(piece(text.slice(a, b), s.source));
+    if (a > at) frag.append(piece(slice(chars, at, a), null));
+    frag.append(piece(slice(chars, a, b), s.source));
     at = b;
   }
-  if (at < text.length) frag.append(piece(text.slice(at), null));
+  if (at < chars.length) frag.append(piece(slice(chars, at, chars.length), null));
   els.output.append(frag);
 }
 
 // The document, cut at every copied range's edges so a range can be lit up.
 function renderSourceView(spans) {
-  const doc = run ? run.document : els.doc.value;
+  const doc = codePoints(run ? run.document : els.doc.value);
   const cuts = new Set([0, doc.length]);
   for (const s of spans) if (s.source) { cuts.add(s.source[0]); cuts.add(s.source[1]); }
   const edges = [...cuts].filter((x) => x >= 0 && x <= doc.length).sort((x, y) => x - y);
@@ -234,7 +259,7 @@ function renderSourceView(spans) {
     span.className = covered(a, b) ? "src copied" : "src";
     span.dataset.start = a;
     span.dataset.end = b;
-    span.textContent = doc.slice(a, b);
+    span.textContent = slice(doc, a, b);
     frag.append(span);
   }
   els.sourceView.textContent = "";
