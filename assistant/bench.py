@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import data, models, sandbox
+from . import data, models, sandbox, weights
 
 ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a", "llama-cpp")
@@ -95,9 +95,11 @@ def plan(args) -> Plan:
             raise BenchError(f"unknown task {task!r}: use one of {', '.join(data.TASKS)}")
     strategies = split_list(args.strategies)
     for strategy in strategies:
-        if strategy not in STRATEGIES:
-            raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    strategies = ["ar"] + [s for s in dict.fromkeys(strategies) if s != "ar"]
+        base, at, other = strategy.partition("@")
+        if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and other in weights.FORMATS):
+            raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
+                             f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)})")
+    strategies = list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
     if args.samples < 1:
         raise BenchError("--samples must be at least 1")
     if args.max_new_tokens < 1:
@@ -133,8 +135,10 @@ class Run:
 class Runner:
     """Runs a record under a strategy with one loaded model; knows which strategies it can run."""
 
-    def __init__(self, assistant, max_new_tokens: int, model: str):
+    def __init__(self, assistant, max_new_tokens: int, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
+        self.load = load  # weights -> another Assistant of the same model, for strategies such as ar@float32
+        self.others: dict[str, object] = {}
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}
         self.llama = None
@@ -182,12 +186,23 @@ class Runner:
             return self.llama_cpp(record, max_new_tokens)
         return self.engine(strategy, record, max_new_tokens)
 
+    def with_weights(self, strategy: str):
+        """(assistant, engine strategy) for `strategy`, which may name other weights: `ar@float32`."""
+        strategy, _, other = strategy.partition("@")
+        if not other:
+            return self.assistant, strategy
+        if other not in self.others:
+            self.others[other] = self.load(other)
+            self.others[other].measured_costs()
+        return self.others[other], strategy
+
     def events(self, strategy: str, record: data.Record, max_new_tokens: int):
+        assistant, strategy = self.with_weights(strategy)
         if record.is_edit:
-            return self.assistant.rewrite(record.document, record.instruction, strategy=strategy,
-                                          max_new_tokens=max_new_tokens)
-        return self.assistant.chat(record.document, history=self.history(record), strategy=strategy,
-                                   max_new_tokens=max_new_tokens)
+            return assistant.rewrite(record.document, record.instruction, strategy=strategy,
+                                     max_new_tokens=max_new_tokens)
+        return assistant.chat(record.document, history=self.history(record), strategy=strategy,
+                              max_new_tokens=max_new_tokens)
 
     def engine(self, strategy: str, record: data.Record, max_new_tokens: int) -> Run:
         from .engine import Delta, Result
@@ -329,18 +344,21 @@ def peak_memory_mb(device) -> dict:
     return memory
 
 
-def measure(runner: Runner, strategy: str, record: data.Record, reference: Run | None) -> tuple[dict, Run]:
-    """One row: the strategy's speed on the record and how its output compares with `ar`'s."""
+def measure(runner: Runner, strategy: str, record: data.Record, results: dict[str, Run]) -> tuple[dict, Run]:
+    """One row: the strategy's speed on the record against `ar`'s, and whether its output is `ar`'s with
+    the same weights (`ar@W` for a strategy on other weights W)."""
     from .attribution_quality import quality
 
     device = runner.assistant.loaded.device
     reset_peak_memory(device)
     result = runner.run(strategy, record)
+    reference = results.get("ar")
+    same_weights = results.get("ar@" + strategy.partition("@")[2]) if "@" in strategy else reference
     row = {"task": record.task, "id": record.id, "strategy": strategy, "new_tokens": result.new_tokens,
            "seconds": round(result.seconds, 4),
            "tokens_per_second": round(result.new_tokens / result.seconds, 3) if result.seconds else None,
            "steps": result.steps, "first_token_seconds": result.first_token_seconds, "per_step": result.per_step,
-           "exact_match": reference is None or result.text == reference.text, **peak_memory_mb(device),
+           "exact_match": same_weights is None or result.text == same_weights.text, **peak_memory_mb(device),
            "text": result.text}  # kept so that a mismatch with ar can be inspected afterwards
     if reference is not None and reference.seconds and result.seconds and reference.new_tokens:
         row["speedup"] = round((result.new_tokens / result.seconds) / (reference.new_tokens / reference.seconds), 4)
@@ -349,7 +367,7 @@ def measure(runner: Runner, strategy: str, record: data.Record, reference: Run |
     if record.tests:
         outcome = sandbox.run_python(f"{result.text}\n\n{record.tests}")
         row["fixed"], row["test_outcome"] = outcome.passed, outcome.reason
-    if strategy in ENGINE_STRATEGIES:
+    if strategy.partition("@")[0] in ENGINE_STRATEGIES:
         q = quality(record.document, result.text, result.token_spans)
         row["attribution"] = {"kept": q.kept, "kept_attributed": q.kept_attributed, "attributed": q.attributed,
                               "correct": q.correct}
@@ -594,7 +612,8 @@ def run(args) -> int:
     if args.max_draft is not None:
         assistant.tuned.draft_tokens = args.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
-    runner = Runner(assistant, plan_.max_new_tokens, args.model)
+    runner = Runner(assistant, plan_.max_new_tokens, args.model,
+                    lambda other: Assistant(args.model, weights=other, device=args.device, prefix_cache_mb=0))
     env = environment(assistant, args)
     if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
@@ -609,11 +628,11 @@ def run(args) -> int:
                          console=progress_console) as progress:
             bar = progress.add_task("bench", total=len(plan_.records) * len(strategies))
             for record in plan_.records:
-                reference = None
+                results: dict[str, Run] = {}
                 for strategy in strategies:
                     progress.update(bar, description=f"{record.task} {record.id[:24]} {strategy}")
                     try:
-                        row, result = measure(runner, strategy, record, reference)
+                        row, result = measure(runner, strategy, record, results)
                     except RewriteError as error:  # e.g. a prompt longer than the model's context
                         row, result = {"task": record.task, "id": record.id, "strategy": strategy,
                                        "error": str(error)}, None
@@ -623,9 +642,9 @@ def run(args) -> int:
                         progress.advance(bar, len(strategies) - strategies.index(strategy))
                         break
                     rows.append(row)
-                    reference = reference or result
+                    results[strategy] = result
                     progress.advance(bar)
-                if record.is_edit and reference is not None:
+                if record.is_edit and results:
                     progress.update(bar, description=f"{record.task} {record.id[:24]} {PREFIX_REUSE}")
                     rows.append(prefix_reuse(runner, record))
                     jsonl.write(json.dumps(rows[-1]) + "\n")

@@ -11,6 +11,7 @@ distribution exactly (the draft is a point mass).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -84,6 +85,41 @@ def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,
     return len(draft), int(torch.multinomial(probs[len(draft)], 1, generator=generator))
 
 
+def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | None, chunk: int = 0,
+            turn=contextlib.nullcontext, cancel: threading.Event | None = None) -> int:
+    """Fill the context's KV cache and hidden rows for positions 0..len(ids)-1: the longest prefix that
+    `prefixes` holds is restored (never all of it, so one forward runs), the rest computed, and the
+    whole stored back. With `chunk`, forwards of that many tokens, each inside `turn()` (so a caller
+    can let other work run between them) until `cancel` is set. Returns the positions filled."""
+    layers = tuple(context.hidden)
+    reused = 0
+    if prefixes is not None:
+        snapshot, reused = prefixes.lookup(ids, layers)
+        reused = max(0, min(reused, len(ids) - 1))
+        if reused > 0:
+            restore(snapshot, reused, context.cache, context.hidden)
+    done = reused
+    while done < len(ids) and not (cancel is not None and cancel.is_set()):
+        with turn():
+            part = ids[done:done + chunk] if chunk else ids[done:]
+            out = forward(model, part, context.cache, bool(layers), 1)
+            context.store_hidden(out.hidden_states or (), done, len(part))
+            done += len(part)
+            if prefixes is not None and done == len(ids):
+                prefixes.store(ids, context.cache, context.hidden)
+    return done
+
+
+def warm(model, ids: list[int], layers: tuple[int, ...], prefixes: PrefixCache, chunk: int, turn,
+         cancel: threading.Event | None = None) -> int:
+    """Prefill `ids` into `prefixes` alone, `chunk` tokens per turn: what a later prompt starting with
+    them restores instead of computing. Returns the positions computed or restored."""
+    cache = preallocated_cache(model, len(ids))
+    context = Context.start(ids, len(ids), layers, model.config.get_text_config().hidden_size, model.dtype,
+                            model.device, cache)
+    return prefill(model, ids, context, prefixes, chunk, turn, cancel)
+
+
 def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
            sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
            cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
@@ -101,18 +137,7 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
                             model.dtype, model.device, cache)
     sources: list[int | None] = [None] * len(prompt)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
-    prefill = prompt[:-1]
-    reused = 0
-    if prefixes is not None:
-        snapshot, reused = prefixes.lookup(prefill, drafter.layers)
-        reused = max(0, min(reused, len(prefill) - 1))
-        if reused > 0:
-            restore(snapshot, reused, cache, context.hidden)
-    if len(prefill) > reused:
-        out = forward(model, prefill[reused:], cache, bool(drafter.layers), 1)
-        context.store_hidden(out.hidden_states or (), reused, len(prefill) - reused)
-        if prefixes is not None:
-            prefixes.store(prefill, cache, context.hidden)
+    prefill(model, prompt[:-1], context, prefixes)
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         started = time.perf_counter()

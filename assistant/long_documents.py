@@ -162,7 +162,8 @@ def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
     finally:
         for _, _, events in requests:
             events.close()
-    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), shown)
+    model, weights = (results[0].model, results[0].weights) if results else ("", "")
+    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), model, weights, shown)
 
 
 def shifted(span: Span, by: int) -> Span:

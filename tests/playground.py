@@ -91,7 +91,7 @@ class FakeAssistant:
                     break
             text = document[:spans[-1].output[1]] if spans else ""
             stats = Stats(len(spans), len(spans), self.step_seconds * len(spans), 10, len(spans), 0, 0.0)
-            yield Result(text, merge_spans(spans), stats, stopped, spans)
+            yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans)
         finally:
             time.sleep(self.step_seconds)  # like the engine, it takes a moment to let go after its Result
             self.turns.leave(ticket)
