@@ -4,7 +4,8 @@ A draft of k tokens costs one forward pass over k+1 tokens and gains the accepte
 one token. With a per-token acceptance rate a (acceptance stops at the first miss), a draft of
 k yields (1 - a^(k+1)) / (1 - a) tokens on average, so the best k maximises that over the
 measured cost of a (k+1)-token forward. The cost curve is measured once per model, dtype,
-device and thread count (cached on disk); a is tracked online per generation. Where little is
+device and thread count (cached on disk, or in memory where the cache cannot be written; a
+damaged file is measured again); a is tracked online per generation. Where little is
 accepted (translation, answers to questions) k drops to 0 and decoding is plain decoding.
 """
 
@@ -15,10 +16,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-from . import models
+from . import atomic, models
 from .kv_cache import preallocated_cache
 
 COST_SIZES = (1, 2, 4, 8, 16, 32)
+MEASURED: dict[str, dict[int, float]] = {}  # this process's measurements, by cache file
 
 
 @dataclass
@@ -76,9 +78,28 @@ def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-{str(loaded.dtype).split('.')[-1]}"
            f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
     path = models.cache_root() / "costs" / f"{key.replace('/', '--')}.json"
-    if path.is_file():
-        return {int(n): c for n, c in json.loads(path.read_text()).items()}
-    model = loaded.model
+    costs = MEASURED.get(str(path)) or valid_costs(atomic.read_json(path))
+    if costs is None:
+        costs = MEASURED[str(path)] = measure_costs(loaded.model)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_atomically(path, json.dumps(costs).encode())
+        except OSError:
+            pass  # a read-only cache: kept in memory for this process
+    return costs
+
+
+def valid_costs(saved) -> dict[int, float] | None:
+    """Costs read back from the cache, or None unless they are a relative cost for every size."""
+    try:
+        costs = {int(n): float(c) for n, c in saved.items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return costs if set(costs) == set(COST_SIZES) and all(0 < c < float("inf") for c in costs.values()) else None
+
+
+def measure_costs(model) -> dict[int, float]:
+    """Time forwards of each size after a 256-token context, relative to one token."""
     cache = preallocated_cache(model, 256 + max(COST_SIZES))
     with torch.inference_mode():
         model(input_ids=torch.ones(1, 256, dtype=torch.long, device=model.device), past_key_values=cache)
@@ -92,7 +113,4 @@ def forward_costs(loaded: models.LoadedModel) -> dict[int, float]:
                     torch.cuda.synchronize()
                 seconds[n] = min(seconds[n], time.perf_counter() - started)
                 cache.crop(-n)
-    costs = {n: seconds[n] / seconds[1] for n in COST_SIZES}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(costs))
-    return costs
+    return {n: seconds[n] / seconds[1] for n in COST_SIZES}
