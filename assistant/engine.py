@@ -317,5 +317,5 @@ def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context
     if not 1 <= max_new_tokens <= room:
         raise RewriteError(f"max_new_tokens must be between 1 and {room} here (the model's context is {context} "
                            f"tokens and the prompt takes {prompt_tokens})")
-    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-        raise RewriteError("temperature and top_k must be >= 0 and top_p in (0, 1]")
+    if not 0 <= temperature < float("inf") or top_k < 0 or not 0 < top_p <= 1:  # NaN fails every comparison
+        raise RewriteError("temperature must be a number >= 0, top_k >= 0 and top_p in (0, 1]")
