@@ -4,11 +4,13 @@
 local model folder, a local `.gguf` file, or a hub id. GGUF weights are checked
 against their sha256, converted once into an ordinary model folder in the cache
 (`ASSISTANT_CACHE`, default `~/.cache/assistant`) and loaded from there in about a
-second afterwards. A converted folder is checked before it is trusted (a truncated one is
-converted again); conversions take turns under a file lock, so two processes do the work
-once, and the temporary folders of a killed conversion are removed at the next start.
-A read-only cache serves the models already converted in it. The embedded packages are located with `find_spec` and never
+second afterwards. The embedded packages are located with `find_spec` and never
 imported: their publisher is unknown, so none of their code runs here.
+
+A converted folder is checked before it is trusted (a truncated one is converted again).
+Conversions take turns under a file lock, so two processes do the work once, and the
+temporary folders of a killed conversion are removed at the next start. A read-only cache
+serves the models already converted in it.
 """
 
 from __future__ import annotations

@@ -356,7 +356,7 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
                                max_piece_tokens=args.max_piece_tokens)
     region = source.selection or (0, len(source.text))
     progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
-    steps, tokens, spent, shown, result = [], 0, 0.0, region[0], None  # shown: characters streamed so far
+    steps, tokens, spent, shown, result = [], 0, 0.0, 0, None  # shown: characters of the answer streamed
     if stream_to_terminal:
         console.print(kept(source.text[:region[0]]), end="")
     try:
@@ -367,7 +367,7 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
                     tokens, spent = tokens + event.new_tokens, spent + event.seconds
                 progress.update(event, f"{tokens / spent if spent else 0.0:.1f} tokens/s")
                 if stream_to_terminal:
-                    console.print(styled(event.text, event.tokens, shown - region[0]), end="")
+                    console.print(styled(event.text, event.tokens, shown), end="")
                 shown += len(event.text)
             elif isinstance(event, Result):
                 result = event
