@@ -16,8 +16,6 @@ for that, so every ceiling is judged on exactly the same outputs.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from . import models
+from . import atomic, models
 from .draft_length import AdaptiveDraftLength
 from .drafters import Context, NgramDraft, head_attention
 from .prefix_cache import common_prefix
@@ -49,8 +47,11 @@ def tuned_path(loaded: models.LoadedModel) -> Path:
 
 
 def tuned(loaded: models.LoadedModel) -> Tuned:
-    path = tuned_path(loaded)
-    settings = Tuned(**json.loads(path.read_text())) if path.is_file() else Tuned()
+    saved = atomic.read_json(tuned_path(loaded))
+    try:
+        settings = Tuned(**saved) if isinstance(saved, dict) else Tuned()
+    except TypeError:  # written by another version: the defaults serve until it is calibrated again
+        settings = Tuned()
     settings.heads = [tuple(h) for h in settings.heads]
     settings.hidden_layer = settings.hidden_layer or loaded.model.config.num_hidden_layers // 2
     return settings
@@ -59,9 +60,7 @@ def tuned(loaded: models.LoadedModel) -> Tuned:
 def save(loaded: models.LoadedModel, settings: Tuned, path: Path | None = None) -> Path:
     path = path or tuned_path(loaded)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(asdict(settings), f, indent=1)
-    os.replace(f.name, path)
+    atomic.write_atomically(path, json.dumps(asdict(settings), indent=1).encode())
     return path
 
 

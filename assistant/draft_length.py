@@ -4,8 +4,9 @@ A draft of k tokens costs one forward pass over k+1 tokens and gains the accepte
 one token. With a per-token acceptance rate a (acceptance stops at the first miss), a draft of
 k yields (1 - a^(k+1)) / (1 - a) tokens on average, so the best k maximises that over the
 measured cost of a (k+1)-token forward. The cost curve is measured once per model, weights,
-device and thread count (cached on disk), in the background on a first start (it took up to
-100 s inside model loading, and the doors looked hung); a is tracked online per generation. Where little is
+device and thread count (cached on disk, or in memory where the cache cannot be written; a
+damaged file is measured again), in the background on a first start (inside model loading it
+took up to 100 s, and the doors looked hung); a is tracked online per generation. Where little is
 accepted (translation, answers to questions) k drops to 0 and decoding is plain decoding.
 """
 
@@ -19,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from . import models, weights
+from . import atomic, models
 from .kv_cache import preallocated_cache
 
 COST_SIZES = (1, 2, 4, 8, 16, 32)
+MEASURED: dict[str, dict[int, float]] = {}  # this process's measurements, by cache file
 
 
 @dataclass
@@ -89,12 +91,19 @@ def costs_path(loaded: models.LoadedModel) -> Path:
 
 
 def cached_costs(loaded: models.LoadedModel) -> dict[int, float] | None:
-    """The curve measured earlier on this machine, or None (never measured, or an unreadable file)."""
+    """The curve measured earlier on this machine (in this process where the cache is read-only), or
+    None: never measured, or a damaged file, which is measured again rather than trusted."""
+    path = costs_path(loaded)
+    return MEASURED.get(str(path)) or valid_costs(atomic.read_json(path))
+
+
+def valid_costs(saved) -> dict[int, float] | None:
+    """Costs read back from the cache, or None unless they are a relative cost for every size."""
     try:
-        costs = {int(n): float(c) for n, c in json.loads(costs_path(loaded).read_text()).items()}
-    except (OSError, ValueError, TypeError, AttributeError):
+        costs = {int(n): float(c) for n, c in saved.items()}
+    except (AttributeError, TypeError, ValueError):
         return None
-    return costs if set(costs) == set(COST_SIZES) and costs[1] == 1.0 else None
+    return costs if set(costs) == set(COST_SIZES) and all(0 < c < float("inf") for c in costs.values()) else None
 
 
 def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext) -> dict[int, float]:
@@ -120,6 +129,11 @@ def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext) -> di
                         torch.cuda.synchronize()
                     seconds[n] = min(seconds[n], time.perf_counter() - started)
                 cache.crop(-n)
-    costs = {n: seconds[n] / seconds[1] for n in COST_SIZES}
-    weights.write_atomically(costs_path(loaded), lambda path: path.write_text(json.dumps(costs)))
+    path = costs_path(loaded)
+    costs = MEASURED[str(path)] = {n: seconds[n] / seconds[1] for n in COST_SIZES}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_atomically(path, json.dumps(costs).encode())
+    except OSError:
+        pass  # a read-only cache: kept in memory for this process
     return costs

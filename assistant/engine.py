@@ -5,6 +5,11 @@
         ...  # Queued, Delta (one per decoding step), then one Result
     result = assistant.rewrite_text(document, "fix the bug")
 
+A document (or selection) too long for one pass is split and rewritten piece by piece here
+(assistant/long_documents.py), so every front door gets the same plan and the same output
+budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
+did not finish.
+
 One generation runs at a time per loaded model; others wait their turn in arrival order and
 see their place in the queue as `Queued` events.
 """
@@ -34,6 +39,15 @@ STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
 PREFIX_CACHE_MB = int(os.environ.get("ASSISTANT_PREFIX_CACHE_MB", "512"))  # 0 turns prefix reuse off
 WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
+ANSWER_ROOM, ANSWER_EXTRA = 2, 64  # output budget: twice the text to rewrite, plus a little
+CHAT_BUDGET = 512
+
+
+def answer_budget(target_tokens: int) -> int:
+    """The most new tokens a rewrite of `target_tokens` may need: the one budget every pass and plan uses."""
+    return ANSWER_ROOM * target_tokens + ANSWER_EXTRA
+
+
 log = logging.getLogger("assistant")
 
 
@@ -89,10 +103,16 @@ class Result:
     text: str
     spans: list[Span]  # merged: output range -> document range
     stats: Stats
-    stopped: str  # "eos", "length", "stop" or "cancelled"
+    stopped: str  # "eos", "length", "stop" or "cancelled"; of several pieces, the one that did not finish
     model: str  # the name asked for
     weights: str  # the format the model's linear layers ran in
     token_spans: list[Span] = field(default_factory=list, repr=False)  # one per shown token
+    pieces: list[tuple[int, int]] = field(default_factory=list)  # document ranges rewritten one pass each
+
+    @property
+    def finished(self) -> bool:
+        """Whether the answer is complete: no piece stopped on the token limit or was cancelled."""
+        return self.stopped in ("eos", "stop")
 
     def to_json(self) -> dict:
         return {"text": self.text, "spans": [s.to_json() for s in self.spans], "stats": self.stats.to_json(),
@@ -196,20 +216,36 @@ class Assistant:
         check_request(document, instruction, selection)
         return edit_prompt(self.loaded.tokenizer, instruction, document, selection, references)
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def rewrite(self, document: str, instruction: str, *, selection: tuple[int, int] | None = None,
                 strategy: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop: tuple[str, ...] = (),
                 cancel: threading.Event | None = None, references: tuple[str, ...] = (),
-                draft_tokens: int | None = None) -> Iterator[Event]:
+                draft_tokens: int | None = None, max_piece_tokens: int | None = None) -> Iterator[Event]:
         """Stream the rewrite of `document` (or of its `selection`, a character range) as events.
 
+        A text too long for one pass is rewritten in pieces (of at most `max_piece_tokens`, when
+        given), `max_new_tokens` applying to each; the events read as one rewrite of the whole.
         A bad request raises RewriteError here, before anything runs; closing the returned
         iterator early releases the model for the next request.
         """
-        prompt = self.prompt(document, instruction, selection, tuple(references))
-        target = document if selection is None else document[selection[0]:selection[1]]
-        return self._start(prompt, document, target, strategy, max_new_tokens, temperature, top_k, top_p, seed,
-                           stop, cancel, draft_tokens)
+        from . import long_documents  # it builds on this module
+
+        check_request(document, instruction, selection)
+        references = tuple(references)
+
+        def one_pass(part: tuple[int, int] | None) -> Iterator[Event]:
+            prompt = self.prompt(document, instruction, part, references)
+            return self._start(prompt, document, part or (0, len(document)), strategy, max_new_tokens, temperature,
+                               top_k, top_p, seed, stop, cancel, draft_tokens)
+
+        region = selection or (0, len(document))
+        pieces = long_documents.plan(self, document, instruction, selection, references, max_piece_tokens)
+        if pieces == [region]:
+            return one_pass(selection)
+        return long_documents.rewrite(document, region, pieces, one_pass, cancel)
 
     def chat(self, question: str, *, history: tuple[dict, ...] = (), strategy: str | None = None,
              max_new_tokens: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
@@ -219,15 +255,16 @@ class Assistant:
         if not isinstance(question, str) or not question.strip():
             raise RewriteError("the question is empty")
         prompt = build_prompt(self.loaded.tokenizer, [Segment(question, 0)], system=None, history=history)
-        return self._start(prompt, question, "", strategy, max_new_tokens, temperature, top_k, top_p, seed,
+        return self._start(prompt, question, None, strategy, max_new_tokens, temperature, top_k, top_p, seed,
                            stop, cancel, draft_tokens)
 
-    def _start(self, prompt: Prompt, document: str, target: str, strategy, max_new_tokens, temperature, top_k,
-               top_p, seed, stop, cancel, draft_tokens) -> Iterator[Event]:
+    def _start(self, prompt: Prompt, document: str, target: tuple[int, int] | None, strategy, max_new_tokens,
+               temperature, top_k, top_p, seed, stop, cancel, draft_tokens) -> Iterator[Event]:
         strategy = check_strategy(strategy or self.strategy)
         room = self.loaded.context_length - len(prompt.ids)
         if max_new_tokens is None:
-            max_new_tokens = min(room, 2 * len(self.loaded.tokenizer(target)["input_ids"]) + 64 if target else 512)
+            max_new_tokens = min(room, answer_budget(self.count_tokens(document[slice(*target)])) if target
+                                 else CHAT_BUDGET)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, temperature, top_k, top_p)
         generation = self._generate(prompt, document, target, self.drafter(strategy), max_new_tokens,
                                     Sampling(temperature, top_k, top_p, seed), tuple(stop), cancel,
@@ -244,8 +281,9 @@ class Assistant:
             generation.close()
             self._queue.leave(ticket)
 
-    def _generate(self, prompt: Prompt, document: str, target: str, drafter, max_new_tokens: int,
-                  sampling: Sampling, stop: tuple[str, ...], cancel, draft_tokens) -> Iterator[Event]:
+    def _generate(self, prompt: Prompt, document: str, target: tuple[int, int] | None, drafter,
+                  max_new_tokens: int, sampling: Sampling, stop: tuple[str, ...], cancel,
+                  draft_tokens) -> Iterator[Event]:
         output = OutputText(self.loaded.tokenizer, document, stop, prompt.fence)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
@@ -275,13 +313,14 @@ class Assistant:
         text, tokens = output.finish()
         shown += tokens
         final = output.text
-        newline = missing_final_newline(final, target, stopped == "eos")
+        newline = missing_final_newline(final, document[slice(*target)] if target else "", stopped == "eos")
         text, final = text + newline, final + newline
         if text:
             yield Delta(text, tokens, 0, 0, 0, 0.0)
         stats = Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
                       first_token or 0.0)
-        yield Result(final, merge_spans(shown), stats, stopped, self.model, self.loaded.weights, shown)
+        yield Result(final, merge_spans(shown), stats, stopped, self.model, self.loaded.weights, shown,
+                     [target] if target else [])
 
     def rewrite_text(self, document: str, instruction: str, **options) -> Result:
         """Run a rewrite to the end and return its Result."""
@@ -327,5 +366,5 @@ def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context
     if not 1 <= max_new_tokens <= room:
         raise RewriteError(f"max_new_tokens must be between 1 and {room} here (the model's context is {context} "
                            f"tokens and the prompt takes {prompt_tokens})")
-    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-        raise RewriteError("temperature and top_k must be >= 0 and top_p in (0, 1]")
+    if not 0 <= temperature < float("inf") or top_k < 0 or not 0 < top_p <= 1:  # NaN fails every comparison
+        raise RewriteError("temperature must be a number >= 0, top_k >= 0 and top_p in (0, 1]")

@@ -6,13 +6,16 @@ that each fit. Every piece is rewritten as an engine *selection*, so the model s
 neighbours as read-only context, and the answers are concatenated back in order.
 
 Only a piece's text between its first and last non-blank character goes to the model: the
-whitespace around it (the seams) and everything outside the region are kept verbatim, because
-models tend to drop leading and trailing newlines and the seams would otherwise fuse.
+whitespace around it (the seams) is kept verbatim, because models tend to drop leading and
+trailing newlines and the seams would otherwise fuse.
 
-`rewrite` yields the engine's own events: Deltas whose texts, joined, are the whole new
-document, output offsets in the new document and source offsets in the old one, then one Result
-for the whole document. Kept text comes as Deltas without new tokens whose span attributes it to
-its own place in the document (it is a verbatim copy); the stats count generated tokens only.
+The engine (`Assistant.rewrite`) plans and calls this for every front door, with one output
+budget (engine.answer_budget). `rewrite` yields the engine's own events: Deltas whose texts,
+joined, are the new region (the whole document or the selection), with output offsets in that
+new text and source offsets in the whole old document, then one Result for the region whose
+`stopped` is "length" or "cancelled" if any piece did not finish. Kept text comes as Deltas
+without new tokens whose span attributes it to its own place in the document (it is a verbatim
+copy); the stats count generated tokens only.
 """
 
 from __future__ import annotations
@@ -21,19 +24,13 @@ import re
 import threading
 from typing import Callable, Iterator
 
-from .engine import Assistant, Delta, Event, Queued, Result, Stats
+from .engine import ANSWER_EXTRA, ANSWER_ROOM, Assistant, Delta, Event, Queued, Result, Stats, answer_budget
 from .output import Span, merge_spans
 
-ANSWER_ROOM = 1.5  # output budget per piece token: rewrites may grow a little
-ANSWER_EXTRA = 64
 # A line that starts a top-level definition, a heading or a decorator: a good place to cut before.
 TOP_LEVEL = re.compile(r"(def |class |async def |@|#|function |fn |pub |impl |struct |func |[A-Za-z_][\w.]* = )")
 
 Piece = tuple[int, int]
-
-
-def answer_budget(piece_tokens: int) -> int:
-    return int(piece_tokens * ANSWER_ROOM) + ANSWER_EXTRA
 
 
 def lines_of(text: str, start: int, end: int) -> list[Piece]:
@@ -86,48 +83,40 @@ def core(text: str, piece: Piece) -> Piece:
 
 
 def plan(assistant: Assistant, document: str, instruction: str, selection: Piece | None = None,
-         max_piece_tokens: int | None = None) -> list[Piece]:
+         references: tuple[str, ...] = (), max_piece_tokens: int | None = None) -> list[Piece]:
     """The pieces to rewrite: the whole region when its prompt and answer fit the context, else a split."""
-    tokenizer, context = assistant.loaded.tokenizer, assistant.loaded.context_length
-    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    context = assistant.loaded.context_length
     region = selection or (0, len(document))
-    region_tokens = count(document[region[0]:region[1]])
+    region_tokens = assistant.count_tokens(document[region[0]:region[1]])
     if max_piece_tokens is None:
-        prompt = len(assistant.prompt(document, instruction, selection).ids)
+        prompt = len(assistant.prompt(document, instruction, selection, references).ids)
         if prompt + answer_budget(region_tokens) <= context:
             return [region]
         # Everything in a piece's prompt but the piece: instruction, template and the neighbours shown.
         middle = (len(document) // 2, len(document) // 2 + 1)
-        overhead = len(assistant.prompt(document, instruction, middle).ids)
-        max_piece_tokens = max(16, int((context - overhead - ANSWER_EXTRA) / (1 + ANSWER_ROOM)))
+        overhead = len(assistant.prompt(document, instruction, middle, references).ids)
+        max_piece_tokens = max(16, (context - overhead - ANSWER_EXTRA) // (1 + ANSWER_ROOM))  # answer_budget inverted
     if region_tokens <= max_piece_tokens:
         return [region]
-    return split(document, count, max_piece_tokens, region)
+    return split(document, assistant.count_tokens, max_piece_tokens, region)
 
 
-def rewrite(assistant: Assistant, document: str, instruction: str, pieces: list[Piece], *,
-            max_new_tokens: int | None = None, temperature: float = 0.0, cancel: threading.Event | None = None,
-            on_piece: Callable[[int], None] = lambda done: None) -> Iterator[Event]:
-    """Rewrite `pieces` (from `plan`) of `document`, keeping everything else, as one event stream.
-
-    `max_new_tokens` applies to each piece; `on_piece(n)` is called after the n-th piece ends.
-    A bad request raises RewriteError before anything is yielded.
-    """
-    whole = pieces == [(0, len(document))]
+def rewrite(document: str, region: Piece, pieces: list[Piece],
+            one_pass: Callable[[Piece], Iterator[Event]], cancel: threading.Event | None) -> Iterator[Event]:
+    """Rewrite `pieces` (from `plan`) of `region`, each with `one_pass`, keeping the seams, as one event stream
+    whose output is the new `region`. A bad request raises RewriteError before anything is yielded."""
     requests = []  # (where the kept text before the piece starts, that text, the piece's event stream)
-    at = 0
+    at = region[0]
     for piece in pieces:
-        start, end = (0, len(document)) if whole else core(document, piece)
+        start, end = core(document, piece)
         if start == end:
             continue  # whitespace only: kept as it is
-        events = assistant.rewrite(document, instruction, selection=None if whole else (start, end),
-                                   max_new_tokens=max_new_tokens, temperature=temperature, cancel=cancel)
-        requests.append((at, document[at:start], events))
+        requests.append((at, document[at:start], one_pass((start, end))))
         at = end
-    return _stitch(requests, (at, document[at:]), cancel, on_piece)
+    return _stitch(requests, (at, document[at:region[1]]), cancel, pieces)
 
 
-def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
+def _stitch(requests, tail: tuple[int, str], cancel, pieces) -> Iterator[Event]:
     text, shown, results = "", [], []
 
     def keep(start: int, kept: str) -> Delta:
@@ -139,7 +128,7 @@ def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
         return Delta(kept, [span], 0, 0, 0, 0.0)
 
     try:
-        for done, (start, kept, events) in enumerate(requests, 1):
+        for start, kept, events in requests:
             if kept:
                 yield keep(start, kept)
             base = len(text)
@@ -153,7 +142,6 @@ def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
                     yield Delta(event.text, tokens, event.new_tokens, event.drafted, event.accepted, event.seconds)
                 else:
                     results.append(event)
-            on_piece(done)
             if cancel is not None and cancel.is_set():
                 break
         else:
@@ -163,7 +151,8 @@ def _stitch(requests, tail: str, cancel, on_piece) -> Iterator[Event]:
         for _, _, events in requests:
             events.close()
     model, weights = (results[0].model, results[0].weights) if results else ("", "")
-    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), model, weights, shown)
+    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), model, weights, shown,
+                 pieces)
 
 
 def shifted(span: Span, by: int) -> Span:

@@ -6,21 +6,28 @@ against their sha256, converted once into an ordinary model folder in the cache
 (`ASSISTANT_CACHE`, default `~/.cache/assistant`) and loaded from there in about a
 second afterwards. The embedded packages are located with `find_spec` and never
 imported: their publisher is unknown, so none of their code runs here.
+
+A converted folder is checked before it is trusted (a truncated one is converted again).
+Conversions take turns under a file lock, so two processes do the work once, and the
+temporary folders of a killed conversion are removed at the next start. A read-only cache
+serves the models already converted in it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import importlib.util
+import json
+import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import attention
+from . import atomic, attention
 from . import weights as weights_module
 
 
@@ -126,6 +133,45 @@ def verified_sha256(parts: list[Path], sha256: str | None, name: str, into=None)
     return actual
 
 
+def intact(folder: Path) -> bool:
+    """Whether a converted model folder is whole: its config and tokenizer parse, its source is
+    recorded, and every weights file is as long as its own header says."""
+    weights = list(folder.glob("*.safetensors"))
+    return ((folder / "SOURCE_SHA256").is_file() and bool(weights)
+            and all(atomic.read_json(folder / name) is not None for name in ("config.json", "tokenizer.json"))
+            and all(safetensors_whole(path) for path in weights))
+
+
+def safetensors_whole(path: Path) -> bool:
+    """A safetensors file is 8 bytes of header length, the JSON header, then the tensors' bytes."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            if length > size:
+                return False
+            header = json.loads(file.read(length))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        return size == 8 + length + end
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
+
+
+def remove_stale_conversions(models: Path) -> None:
+    """Remove what killed conversions left, unless a conversion holds the lock right now (its own)."""
+    try:
+        with atomic.locked(cache_root() / "models.lock", wait=False) as free:
+            if free:
+                remove_conversions(models)
+    except OSError:
+        pass  # a read-only or missing cache: nothing of ours to clean
+
+
+def remove_conversions(models: Path) -> None:
+    for stale in models.glob(".converting-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path, str]:
     """Verify and convert a (possibly split) GGUF into a cached model folder; return (folder, sha256).
 
@@ -133,9 +179,23 @@ def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path
     interrupted at any moment leaves only a temporary folder that is never loaded.
     """
     models = cache_root() / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    if sha256 is not None and (done := models / f"{name}-{sha256[:16]}").is_dir():
+    remove_stale_conversions(models)
+    if sha256 is not None and intact(done := models / f"{name}-{sha256[:16]}"):
         return done, sha256
+    lock = cache_root() / "models.lock"
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as error:
+        raise ModelError(f"cannot convert {name!r}: the model cache {cache_root()} is not writable "
+                         f"({error.strerror}); set ASSISTANT_CACHE to a writable folder") from None
+    with atomic.locked(lock):
+        return convert_locked(parts, sha256, name, models)
+
+
+def convert_locked(parts: list[Path], sha256: str | None, name: str, models: Path) -> tuple[Path, str]:
+    """The conversion itself, while holding the cache's lock: whatever .converting-* is here is stale."""
+    remove_conversions(models)
     with tempfile.TemporaryDirectory(dir=models, prefix=".converting-") as work:
         work = Path(work)
         if len(parts) == 1:
@@ -145,8 +205,9 @@ def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path
             with open(gguf, "wb") as out:
                 actual = verified_sha256(parts, sha256, name, into=out)
         done = models / f"{name}-{actual[:16]}"
-        if done.is_dir():
+        if intact(done):  # converted by another process while this one waited for the lock
             return done, actual
+        shutil.rmtree(done, ignore_errors=True)  # a damaged folder: converted again below
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
@@ -161,11 +222,7 @@ def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path
         model.save_pretrained(staged)
         tokenizer.save_pretrained(staged)
         (staged / "SOURCE_SHA256").write_text(actual + "\n")
-        try:
-            staged.rename(done)
-        except OSError:  # another process finished the same conversion first
-            if not done.is_dir():
-                raise
+        staged.rename(done)
     return done, actual
 
 

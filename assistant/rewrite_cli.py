@@ -2,8 +2,11 @@
 
 Everything that can be checked without the model (paths, options, encodings, line ranges) is
 checked first, so mistakes fail fast; the model is then loaded once and the files are rewritten
-in turn, one failure not stopping the others. Writes go to a temporary file next to the target
-that replaces it atomically, so an interruption at any moment leaves the original intact.
+in turn, one failure not stopping the others. The engine plans long files (it splits them into
+pieces); an answer that did not finish (token limit, cancel, failure) is never written, and the
+command exits non-zero naming the option that would let it finish. Writes go to a temporary
+file next to the target (a link's target, for a link) that replaces it atomically, keeping its
+owner and mode, so an interruption at any moment leaves the original intact.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ import argparse
 import difflib
 import hashlib
 import json
+import math
 import os
+import re
+import shutil
+import stat
 import sys
-import tempfile
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import atomic
 
 USAGE, FAILED = 2, 1
 
@@ -84,8 +92,6 @@ def read_source(path: str, encoding: str | None, lines: str | None) -> Source:
             raise Refused(f"{path}: no such file") from None
         except OSError as error:
             raise Refused(f"{path}: cannot read it ({error.strerror})") from None
-    if b"\x00" in data:
-        raise Refused(f"{path}: looks binary (it contains NUL bytes); not rewriting it")
     try:
         raw = data.decode(encoding or "utf-8")
     except UnicodeDecodeError as error:
@@ -93,9 +99,11 @@ def read_source(path: str, encoding: str | None, lines: str | None) -> Source:
                       "give its encoding with --encoding") from None
     except LookupError:
         raise Refused(f"unknown encoding {encoding!r}") from None
+    if "\x00" in raw:  # decoded first: UTF-16 text is full of NUL bytes
+        raise Refused(f"{path}: looks binary (it contains NUL characters); not rewriting it")
     if not raw.strip():
         raise Refused(f"{path}: is empty; there is nothing to rewrite")
-    crlf = raw.count("\r\n") == raw.count("\n")
+    crlf = "\r\n" in raw and raw.count("\r\n") == raw.count("\n")  # no line break at all: LF, the default
     text = raw.replace("\r\n", "\n") if crlf else raw
     return Source(path, text, crlf, text.endswith("\n"), mark, line_range(text, lines, path))
 
@@ -128,9 +136,10 @@ def check_options(args) -> str:
         raise Refused("stdin (-) can be read only once")
     if args.no_backup and not args.in_place:
         raise Refused("--no-backup goes with --in-place")
-    if args.lines is not None and not (len(args.lines.split(":")) == 2
-                                       and all(n.strip().isdigit() for n in args.lines.split(":"))):
-        raise Refused(f"--lines wants A:B with line numbers, not {args.lines!r}")
+    if args.lines is not None and not re.fullmatch(r"\s*[0-9]+\s*:\s*[0-9]+\s*", args.lines):
+        raise Refused(f"--lines wants A:B with line numbers in digits 0-9, not {args.lines!r}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise Refused(f"--temperature must be a number >= 0, not {args.temperature}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise Refused("--max-new-tokens must be at least 1")
     if args.max_piece_tokens is not None and args.max_piece_tokens < 1:
@@ -146,19 +155,43 @@ def check_options(args) -> str:
     return instruction
 
 
+def check_target(path: Path, flag: str) -> None:
+    """Refuse, before the model loads, a place the new text could not safely replace."""
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_file():
+        raise Refused(f"{flag} {path}: is not a regular file (a directory, FIFO or device); not writing there")
+    if not real.parent.is_dir():
+        raise Refused(f"{flag} {path}: the folder {real.parent} does not exist")
+    if not os.access(real.parent, os.W_OK | os.X_OK):
+        raise Refused(f"{flag} {path}: the folder {real.parent} is not writable")
+
+
 # --- turning the result back into file text ---
 
-def restored(source: Source, result) -> tuple[str, list]:
-    """The new file text with the original's line endings and final newline, and the result's spans
-    with output offsets in that text and source offsets in the file as read."""
+def spliced(source: Source, result) -> tuple[str, list]:
+    """The whole new text: the result in place of the selection, the rest kept (attributed to itself)."""
     from .output import Span
 
-    text = result.text
+    start, end = source.selection or (0, len(source.text))
+    before, after = source.text[:start], source.text[end:]
+    spans = [Span((0, start), (0, start))] if before else []
+    spans += [Span((a + start, b + start), s) for (a, b), s in ((sp.output, sp.source) for sp in result.spans)]
+    if after:
+        at = start + len(result.text)
+        spans.append(Span((at, at + len(after)), (end, len(source.text))))
+    return before + result.text + after, spans
+
+
+def restored(source: Source, text: str, spans: list) -> tuple[str, list]:
+    """The new file text with the original's line endings and final newline, and the spans with
+    output offsets in that text and source offsets in the file as read."""
+    from .output import Span
+
     if source.final_newline and not text.endswith("\n"):
         text += "\n"
     elif not source.final_newline:
         text = text.rstrip("\n")
-    spans = [Span((a, min(b, len(text))), s) for (a, b), s in ((sp.output, sp.source) for sp in result.spans)
+    spans = [Span((a, min(b, len(text))), s) for (a, b), s in ((sp.output, sp.source) for sp in spans)
              if a < len(text)]
     if source.crlf:
         to_output = crlf_offsets(text)
@@ -181,49 +214,53 @@ def original_text(source: Source) -> str:
 
 # --- writing safely ---
 
-def write_atomically(target: Path, data: bytes, source: Source, backup: bool) -> None:
-    """Replace `target` by `data` through a temporary file in its folder; never a half-written file."""
-    if source.fingerprint is not None and target.resolve() == Path(source.path).resolve():
+def write_atomically(target: Path, data: bytes, source: Source, backup: bool) -> list[str]:
+    """Replace `target` (a link's target, for a link) by `data` through a temporary file in its
+    folder: never a half-written file, nothing left behind on failure. Returns what of the old
+    file's owner and mode could not be kept."""
+    target = Path(os.path.realpath(target))
+    if source.fingerprint is not None and target == Path(os.path.realpath(source.path)):
         try:
             unchanged = fingerprint(source.path) == source.fingerprint
         except OSError:
             unchanged = False
         if not unchanged:
             raise Refused(f"{source.path}: changed on disk while it was being rewritten; not overwriting it")
-    mode = os.stat(target).st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask()
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, mode)
+    with atomic.temporary_beside(target) as temporary:
+        atomic.write_synced(temporary, data)
+        lost = keep_owner_and_mode(temporary, target)
         if backup:
-            os.replace(make_backup(target), f"{target}~")
+            keep_backup(target)
         os.replace(temporary, target)
-    except BaseException:  # KeyboardInterrupt included: leave nothing behind
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    return lost
 
 
-def make_backup(target: Path) -> str:
-    """A temporary copy of `target` (mode and times kept), to be moved to PATH~ in one step."""
-    import shutil
-
-    handle, copy = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}~.", suffix=".tmp")
-    os.close(handle)
+def keep_owner_and_mode(new: Path, old: Path) -> list[str]:
+    """Give `new` the owner, group and mode of `old` (a new file's mode if there is none)."""
+    if not old.exists():
+        os.chmod(new, atomic.new_file_mode())
+        return []
+    was, lost = os.stat(old), []
     try:
-        shutil.copy2(target, copy)
-    except BaseException:
-        Path(copy).unlink(missing_ok=True)
-        raise
-    return copy
+        os.chown(new, was.st_uid, was.st_gid)
+    except PermissionError:
+        lost.append(f"its owner and group ({was.st_uid}:{was.st_gid})")
+    os.chmod(new, stat.S_IMODE(was.st_mode))  # after chown, which may clear the set-id bits
+    if stat.S_IMODE(os.stat(new).st_mode) != stat.S_IMODE(was.st_mode):
+        lost.append(f"its mode ({stat.S_IMODE(was.st_mode):o})")
+    return lost
 
 
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def keep_backup(target: Path) -> None:
+    """Copy `target` to PATH~ (mode and times kept) in one step; a failed copy leaves nothing."""
+    backup = target.with_name(target.name + "~")
+    try:
+        with atomic.temporary_beside(backup) as copy:
+            shutil.copy2(target, copy)
+            os.replace(copy, backup)
+    except OSError as error:
+        raise Refused(f"{target}: cannot write the backup {backup} ({error.strerror or error}); nothing written "
+                      f"(--no-backup goes without one)") from None
 
 
 # --- showing ---
@@ -245,6 +282,13 @@ def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is impo
     if at < len(text):
         shown.stylize(GENERATED, at, len(text))
     return shown
+
+
+def kept(text: str) -> "Text":  # noqa: F821
+    """Text outside the lines being rewritten, shown as copied."""
+    from rich.text import Text
+
+    return Text(text, style=COPIED)
 
 
 def summary(result, steps: list) -> str:
@@ -269,24 +313,25 @@ def summary(result, steps: list) -> str:
 
 
 class Progress:
-    """A rich progress bar over the pieces with tokens/s, shown only when stderr is a terminal."""
+    """A rich progress bar over the characters of the text to rewrite, with tokens/s, shown only when
+    stderr is a terminal. How far it is: the furthest place in the file that output came from."""
 
-    def __init__(self, path: str, pieces: int, quiet: bool):
-        self.bar = None
+    def __init__(self, path: str, region: tuple[int, int], quiet: bool):
+        self.bar, self.start = None, region[0]
         if quiet or not sys.stderr.isatty():
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn
+        from rich.progress import BarColumn, Progress as Bar, TaskProgressColumn, TextColumn
 
-        self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("pieces {task.fields[speed]}"), console=Console(stderr=True), transient=True)
-        self.task = self.bar.add_task(path, total=pieces, speed="")
+        self.bar = Bar(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                       TextColumn("{task.fields[speed]}"), console=Console(stderr=True), transient=True)
+        self.task = self.bar.add_task(path, total=region[1] - region[0], speed="")
         self.bar.start()
 
-    def update(self, done: int | None = None, speed: str | None = None) -> None:
+    def update(self, event, speed: str) -> None:
         if self.bar is not None:
-            self.bar.update(self.task, **({} if done is None else {"completed": done}),
-                            **({} if speed is None else {"speed": speed}))
+            ends = [span.source[1] - self.start for span in event.tokens if span.source is not None]
+            self.bar.update(self.task, speed=speed, **({"completed": max(ends)} if ends else {}))
 
     def close(self) -> None:
         if self.bar is not None:
@@ -295,24 +340,32 @@ class Progress:
 
 # --- running ---
 
+UNFINISHED = {
+    "length": "the answer reached the token limit before it was complete; allow more with --max-new-tokens N "
+              "(it applies to each piece of a long file)",
+    "cancelled": "the rewrite was cancelled",
+}
+
+
 def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
-    from . import long_documents
     from .engine import Delta, Result
 
-    pieces = long_documents.plan(assistant, source.text, instruction, source.selection, args.max_piece_tokens)
     stream_to_terminal = console is not None
-    events = long_documents.rewrite(assistant, source.text, instruction, pieces, max_new_tokens=args.max_new_tokens,
-                                    temperature=args.temperature,
-                                    on_piece=lambda done: progress.update(done=done))
-    progress = Progress(source.path, len(pieces), args.quiet or stream_to_terminal)  # after a refusal could come
-    steps, tokens, spent, shown, result = [], 0, 0.0, 0, None  # shown: characters streamed so far
+    events = assistant.rewrite(source.text, instruction, selection=source.selection,
+                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                               max_piece_tokens=args.max_piece_tokens)
+    region = source.selection or (0, len(source.text))
+    progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
+    steps, tokens, spent, shown, result = [], 0, 0.0, 0, None  # shown: characters of the answer streamed
+    if stream_to_terminal:
+        console.print(kept(source.text[:region[0]]), end="")
     try:
         for event in events:
             if isinstance(event, Delta):
                 if event.new_tokens:
                     steps.append((event.drafted, event.seconds))
                     tokens, spent = tokens + event.new_tokens, spent + event.seconds
-                    progress.update(speed=f"{tokens / spent if spent else 0.0:.1f} tokens/s")
+                progress.update(event, f"{tokens / spent if spent else 0.0:.1f} tokens/s")
                 if stream_to_terminal:
                     console.print(styled(event.text, event.tokens, shown), end="")
                 shown += len(event.text)
@@ -321,35 +374,39 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
     finally:
         events.close()
         progress.close()
-    finish(source, result, pieces, args, stream_to_terminal)
+    if stream_to_terminal:
+        console.print(kept(source.text[region[1]:]), end="")
+    finish(source, result, args, stream_to_terminal)
     if not args.quiet:
         print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
 
 
-def finish(source: Source, result, pieces: list, args, streamed: bool) -> None:
-    """Print or write the new text the way the options ask."""
-    text, spans = restored(source, result)
-    if result.stopped == "cancelled":
-        raise Refused(f"{source.path}: the rewrite was cancelled; nothing written")
-    if args.json:
+def finish(source: Source, result, args, streamed: bool) -> None:
+    """Print or write the new text the way the options ask; an unfinished answer is never written."""
+    text, spans = restored(source, *spliced(source, result))
+    if args.json:  # the record says how it stopped
         to_input = crlf_offsets(source.text) if source.crlf else (lambda offset: offset)
         record = result.to_json() | {"path": source.path, "text": text, "spans": [s.to_json() for s in spans],
-                                     "pieces": [[to_input(a), to_input(b)] for a, b in pieces]}
+                                     "pieces": [[to_input(a), to_input(b)] for a, b in result.pieces]}
         print(json.dumps(record), flush=True)
-    elif args.diff:
+    if not result.finished:
+        raise Refused(f"{source.path}: {UNFINISHED[result.stopped]}; nothing written")
+    if args.diff:
         old, new = original_text(source), text
         name = "stdin" if source.path == "-" else source.path
         sys.stdout.writelines(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                                    f"a/{name}", f"b/{name}"))
         sys.stdout.flush()
-    elif not (args.in_place or args.output):
+    elif not (args.in_place or args.output or args.json):
         # Streamed text went out as it came; plain text goes out whole, as it will be written.
         sys.stdout.write(("" if text.endswith("\n") else "\n") if streamed else text)
         sys.stdout.flush()
     if args.in_place or args.output:
         target = Path(source.path) if args.in_place else args.output
-        write_atomically(target, text.encode(args.encoding or "utf-8"), source,
-                         backup=args.in_place and not args.no_backup)
+        lost = write_atomically(target, text.encode(args.encoding or "utf-8"), source,
+                                backup=args.in_place and not args.no_backup)
+        if lost:
+            print(f"assistant rewrite: {target}: could not keep {' and '.join(lost)}", file=sys.stderr)
         if not args.quiet:
             print(f"{source.path}: written to {target}", file=sys.stderr)
 
@@ -362,12 +419,17 @@ def run(args) -> int:
     interrupt_on_sigterm()
     try:
         instruction = check_options(args)
+        if args.output:
+            check_target(args.output, "-o")
     except Refused as error:
         return complain(error, USAGE)
     sources, failed = [], False
     for path in args.paths:
         try:
-            sources.append(read_source(path, args.encoding, args.lines))
+            source = read_source(path, args.encoding, args.lines)
+            if args.in_place:
+                check_target(Path(path), "--in-place")
+            sources.append(source)
         except Refused as error:
             failed = complain(error, FAILED)
     if not sources:

@@ -28,18 +28,18 @@ does; the sizes are probed once when the model is packed.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import safetensors.torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import nn
+
+from . import atomic
 
 FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 CHOICES = ("auto",) + FORMATS
@@ -201,32 +201,32 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
 
 def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
     """Seconds for one row plus a quarter of 16 rows (a step mix of one-token steps and
-    verifications) through each format, on a random matrix of the model's MLP shape."""
+    verifications) through each format, on a random matrix of the model's MLP shape; formats are
+    interleaved and the fastest of 5 rounds kept, so that other load hurts them alike."""
     generator = torch.Generator().manual_seed(0)
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(out_features, in_features, generator=generator) * 0.02)
-    scores = {}
+    runs = {}
     for weights in available(device):
         if weights == "float32":
-            run = linear
+            runs[weights] = linear
         elif weights == "bfloat16":
-            weight = linear.weight.detach().to(torch.bfloat16)
-            run = lambda x, w=weight: F.linear(x.to(torch.bfloat16), w)  # noqa: E731
+            runs[weights] = lambda x, w=linear.weight.detach().to(torch.bfloat16): F.linear(x.to(w.dtype), w)
         elif weights == "float16":
-            run = Float16Linear(linear, [])
+            runs[weights] = Float16Linear(linear, [])
         else:
-            kind = QUANTIZED[weights]
-            run = kind(kind.quantize(linear.weight.detach()), None, in_features)
-        best = {}
-        with torch.inference_mode():
-            for rows in (1, 16, 1, 16, 1, 16):
-                x = torch.randn(rows, in_features, generator=generator)
-                started = time.perf_counter()
-                run(x)
-                best[rows] = min(best.get(rows, float("inf")), time.perf_counter() - started)
-        scores[weights] = best[1] + best[16] / 4
-    return scores
+            runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
+    inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in (1, 16)}
+    best = {(weights, rows): float("inf") for weights in runs for rows in inputs}
+    with torch.inference_mode():
+        for _ in range(5):
+            for weights, run in runs.items():
+                for rows, x in inputs.items():
+                    started = time.perf_counter()
+                    run(x)
+                    best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
+    return {weights: best[weights, 1] + best[weights, 16] / 4 for weights in runs}
 
 
 def choose(config, device: torch.device, cache: Path) -> str:
@@ -237,15 +237,12 @@ def choose(config, device: torch.device, cache: Path) -> str:
     shape = (text.hidden_size, text.intermediate_size)
     key = f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
     path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
-    try:
-        chosen = json.loads(path.read_text())["weights"]
-        if chosen in available(device):
-            return chosen
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not measured yet here, or an unreadable file: measure again
+    saved = atomic.read_json(path)
+    if isinstance(saved, dict) and saved.get("weights") in available(device):
+        return saved["weights"]
     scores = timed_formats(device, *shape)
     chosen = min(scores, key=scores.get)
-    write_atomically(path, lambda temporary: temporary.write_text(json.dumps({"weights": chosen, "seconds": scores})))
+    save(path, json.dumps({"weights": chosen, "seconds": scores}).encode())
     return chosen
 
 
@@ -259,27 +256,14 @@ def cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def write_atomically(path: Path, write) -> bool:
-    """Have `write(temporary_path)` fill a file beside `path`, then rename it over `path`, so a reader
-    sees the old file or the whole new one. False, and nothing left behind, where the cache is
-    read-only or full: what was measured or packed is then simply used from memory."""
+def save(path: Path, data: bytes) -> None:
+    """Write a cache file whole or not at all; where the cache is read-only, what was measured or
+    packed is simply used from memory."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        os.close(fd)
+        atomic.write_atomically(path, data)
     except OSError:
-        return False
-    try:
-        write(Path(temporary))
-        with open(temporary, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-        return True
-    except OSError:
-        return False
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        pass
 
 
 def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
@@ -289,12 +273,12 @@ def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
     stored = read_stored(model, weights, path) if weights in QUANTIZED else None
     to_store = pack(model, weights, stored)
     if stored is None and to_store:
-        write_atomically(path, lambda temporary: save_file(to_store, str(temporary)))
+        save(path, safetensors.torch.save(to_store))
 
 
 def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.Tensor] | None:
     try:
-        stored = load_file(str(path))
+        stored = safetensors.torch.load_file(str(path))
     except (OSError, SafetensorError, ValueError, RuntimeError):
         return None
     kind = QUANTIZED[weights]

@@ -268,7 +268,7 @@ needs_llama_cpp = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is No
 def bench_run(monkeypatch, out: Path, task: str, strategies: str, model: str = "smollm2-135m") -> tuple[list, dict]:
     shortest = min(data.load(task), key=lambda r: len(r.document) + len(r.instruction))
     monkeypatch.setattr(data, "load", lambda task, split="eval": [shortest])  # keep the prompt small
-    assert cli.main(["bench", "--model", model, "--dtype", "float32", "--samples", "1", "--max-new-tokens", "8",
+    assert cli.main(["bench", "--model", model, "--weights", "float32", "--samples", "1", "--max-new-tokens", "8",
                      "--tasks", task, "--strategies", strategies, "--out", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     return rows, json.loads((out / "summary.json").read_text())

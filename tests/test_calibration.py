@@ -34,7 +34,7 @@ def test_ceiling_speeds_replay_every_candidate_and_prefers_short_drafts_when_the
 
 def test_calibrate_on_the_tiny_model(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
-    loaded = models.LoadedModel(tiny_model, None, "tiny", None, Path(tmp_path))
+    loaded = models.LoadedModel(tiny_model, None, "tiny", None, Path(tmp_path), "float32")
     prompt = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 20, 21, 22] * 3
     output = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 20]
     settings, speeds = calibration.calibrate(loaded, [prompt], [output], FLAT)

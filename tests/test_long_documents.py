@@ -60,3 +60,64 @@ def test_core_drops_surrounding_whitespace_only():
     start, end = core(text, (0, len(text)))
     assert text[start:end] == "def f():\n    pass"
     assert core("x\n\n\n", (1, 4)) == (1, 1)
+
+
+# --- the engine plans and stitches, for every front door (the real embedded model) ---
+
+COPY = "Copy the text exactly."
+
+
+def check_attribution(result, document: str) -> None:
+    for span in result.token_spans + result.spans:
+        if span.source is not None:
+            (a, b), (c, d) = span.output, span.source
+            assert result.text[a:b] == document[c:d]
+
+
+def test_the_engine_rewrites_a_long_document_in_pieces_in_whole_document_offsets(embedded):
+    from assistant.engine import Delta, Result
+
+    events = list(embedded.rewrite(PYTHON, COPY, max_piece_tokens=12, max_new_tokens=12))
+    result = events[-1]
+    assert isinstance(result, Result) and len(result.pieces) > 1
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == result.text
+    check_attribution(result, PYTHON)
+    assert result.stats.new_tokens > 0
+
+
+def test_a_selection_split_in_pieces_answers_for_the_selection_only(embedded):
+    start, end = PYTHON.index("def one"), PYTHON.index("class")
+    result = embedded.rewrite_text(PYTHON, COPY, selection=(start, end), max_piece_tokens=8, max_new_tokens=8)
+    assert len(result.pieces) > 1 and result.pieces[0][0] == start and result.pieces[-1][1] == end
+    assert not result.text.startswith("import os")  # the text before the selection is not part of the answer
+    check_attribution(result, PYTHON)
+
+
+def test_one_piece_cut_at_the_token_limit_makes_the_whole_answer_unfinished(embedded):
+    result = embedded.rewrite_text(PYTHON, COPY, max_piece_tokens=12, max_new_tokens=2)
+    assert result.stopped == "length" and not result.finished
+
+
+def test_a_document_too_long_for_one_pass_is_planned_to_fit(embedded):
+    """No generation: the plan's pieces each leave room for their answer, with the engine's budget."""
+    from assistant.engine import answer_budget
+    from assistant.long_documents import plan
+
+    document = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n\n" for i in range(900))
+    pieces = plan(embedded, document, COPY)
+    assert len(pieces) > 1 and pieces[0][0] == 0 and pieces[-1][1] == len(document)
+    for piece in pieces:
+        prompt = embedded.prompt(document, COPY, core(document, piece))
+        assert len(prompt.ids) + answer_budget(embedded.count_tokens(document[slice(*piece)])) \
+            <= embedded.loaded.context_length
+
+
+def test_a_cancelled_long_rewrite_says_cancelled(embedded):
+    """Every front door gets the split: a document too long for one pass is accepted, not refused."""
+    import threading
+
+    document = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n\n" for i in range(900))
+    cancel = threading.Event()
+    cancel.set()
+    result = embedded.rewrite_text(document, COPY, cancel=cancel)
+    assert result.stopped == "cancelled" and not result.finished and len(result.pieces) > 1

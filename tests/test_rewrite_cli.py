@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-FAST = ["--max-new-tokens", "8"]
+FAST = ["--max-new-tokens", "64"]  # enough for the tiny files here to finish
 CODE = "def add(a, b):\n    return a + b\n"
 
 
@@ -82,14 +82,36 @@ def test_usage_errors_exit_2_through_the_command(code):
     (["{code}", "-i", "x", "-o", "out.py"], "single input"),
     (["-i", "x", "--lines", "three"], "--lines wants"),
     (["-i", "x", "--no-backup"], "--no-backup goes with --in-place"),
+    (["-i", "x", "--lines", "\u0661:\u0662"], "--lines wants"),  # Arabic-Indic digits: int() would take them
+    (["-i", "x", "--lines", "\u00b9:\u00b2"], "--lines wants"),  # superscripts: isdigit() but not int()
+    (["-i", "x", "--temperature", "nan"], "--temperature"),
+    (["-i", "x", "--temperature", "-0.5"], "--temperature"),
+    (["-i", "x", "-o", "{tmp}/no/such/folder/out.py"], "does not exist"),
+    (["-i", "x", "-o", "{unwritable}/out.py"], "not writable"),
+    (["-i", "x", "-o", "{tmp}"], "not a regular file"),
+    (["-i", "x", "-o", "/dev/null"], "not a regular file"),
+    (["-i", "x", "-o", "{fifo}"], "not a regular file"),
 ])
 def test_usage_errors(code, capsys, args, message):
-    """The option checks themselves, in-process: each would cost a slow interpreter start otherwise."""
+    """The option checks themselves, in-process: each would cost a slow interpreter start otherwise.
+    All of them are refused before the model loads."""
     from assistant.cli import main
 
-    assert main(["rewrite", str(code), *[a.replace("{code}", str(code)) for a in args]]) == 2
+    fifo = code.parent / "fifo"
+    os.mkfifo(fifo)
+    places = {"{code}": str(code), "{tmp}": str(code.parent), "{fifo}": str(fifo), "{unwritable}": unwritable(code)}
+    for place, path in places.items():
+        args = [a.replace(place, path) for a in args]
+    assert main(["rewrite", str(code), *args]) == 2
     assert message in capsys.readouterr().err
-    assert code.read_text() == CODE
+    assert code.read_text() == CODE and fifo.is_fifo()
+
+
+def unwritable(code: Path) -> str:
+    """A folder this process cannot create files in (root may write anywhere but in /proc/sys)."""
+    folder = code.parent / "read-only"
+    folder.mkdir(mode=0o555)
+    return str(folder) if not os.access(folder, os.W_OK) else "/proc/sys"
 
 
 # --- safe writes, in-process ---
@@ -130,7 +152,99 @@ def test_an_interrupted_write_leaves_the_original_and_no_temporary_file(code, mo
     assert code.read_text() == CODE and leftovers(code.parent) == []
 
 
+def test_in_place_on_a_link_rewrites_its_target_and_keeps_the_link(code):
+    from assistant.rewrite_cli import write_atomically
+
+    link = code.parent / "link.py"
+    link.symlink_to(code.name)
+    write_atomically(link, b"new\n", read(link), backup=True)
+    assert link.is_symlink() and os.readlink(link) == code.name
+    assert code.read_bytes() == b"new\n" and (code.parent / "code.py~").read_text() == CODE
+    assert leftovers(code.parent) == []
+
+
+def test_a_backup_that_cannot_be_written_leaves_nothing_behind(code):
+    from assistant.rewrite_cli import Refused, write_atomically
+
+    (code.parent / "code.py~").mkdir()  # a folder where the backup should go
+    (code.parent / "code.py~" / "keep").write_text("x")
+    with pytest.raises(Refused, match="cannot write the backup.*--no-backup"):
+        write_atomically(code, b"new\n", read(code), backup=True)
+    assert code.read_text() == CODE and leftovers(code.parent) == []
+    assert sorted(p.name for p in code.parent.iterdir()) == ["code.py", "code.py~"]
+
+
+def test_owner_group_and_mode_are_kept(code):
+    from assistant.rewrite_cli import write_atomically
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another owner")
+    os.chown(code, 12345, 23456)
+    code.chmod(0o604)
+    assert write_atomically(code, b"new\n", read(code), backup=False) == []
+    state = code.stat()
+    assert (state.st_uid, state.st_gid, state.st_mode & 0o7777) == (12345, 23456, 0o604)
+
+
+def test_an_owner_that_cannot_be_kept_is_named(code, monkeypatch):
+    from assistant.rewrite_cli import write_atomically
+
+    def refused(*args):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "chown", refused)  # what a user who does not own the file meets
+    code.chmod(0o640)
+    lost = write_atomically(code, b"new\n", read(code), backup=False)
+    state = code.stat()
+    assert lost == [f"its owner and group ({state.st_uid}:{state.st_gid})"] and (state.st_mode & 0o777) == 0o640
+
+
+def test_utf16_files_are_read(tmp_path):
+    from assistant.rewrite_cli import read_source
+
+    path = write(tmp_path / "wide.txt", "caf\u00e9 au lait\n".encode("utf-16"))
+    assert read_source(str(path), "utf-16", None).text == "caf\u00e9 au lait\n"
+
+
+def test_a_file_without_line_breaks_keeps_lf(tmp_path):
+    from assistant.rewrite_cli import read_source, restored
+
+    source = read_source(str(write(tmp_path / "one.txt", "x = 1")), None, None)
+    assert not source.crlf
+    assert restored(source, "x = 1\ny = 2\n", [])[0] == "x = 1\ny = 2"
+
+
+def unfinished(text: str, stopped: str):
+    from assistant.engine import Result, Stats
+
+    return Result(text, [], Stats(4, 4, 1.0, 10, 0, 0, 0.1), stopped, "smollm2-135m", "float32")
+
+
+@pytest.mark.parametrize("stopped, message", [("length", "--max-new-tokens"), ("cancelled", "cancelled")])
+def test_an_unfinished_answer_is_not_written_to_o(tmp_path, stopped, message):
+    import argparse
+
+    from assistant.rewrite_cli import Refused, finish, read_source
+
+    source = read_source(str(write(tmp_path / "code.py", CODE)), None, None)
+    out = tmp_path / "out.py"
+    args = argparse.Namespace(json=False, diff=False, in_place=False, output=out, encoding=None, no_backup=False,
+                              quiet=True)
+    with pytest.raises(Refused, match=message):
+        finish(source, unfinished("def add(", stopped), args, streamed=False)
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 # --- with the model ---
+
+def test_an_answer_cut_at_the_token_limit_is_never_written_in_place(tmp_path):
+    """The reported case: a 910-character file replaced by the first 124 characters of its answer, exit 0."""
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
+    path = write(tmp_path / "many.py", text)
+    done = rewrite(str(path), "-i", "Add a docstring to every function.", "--in-place", "--max-new-tokens", "4")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "token limit" in done.stderr and "--max-new-tokens" in done.stderr
+    assert path.read_text() == text and leftovers(tmp_path) == [] and not (tmp_path / "many.py~").exists()
+
 
 def check_spans(record: dict, source: str) -> None:
     for span in record["spans"]:
