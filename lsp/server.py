@@ -13,7 +13,9 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -25,6 +27,7 @@ from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from . import ranges
 from .rewrite import Rewrite
@@ -45,6 +48,17 @@ class Protocol(LanguageServerProtocol):
         self._server.cancel_request(msg_id)
         super()._handle_cancel_notification(msg_id)
 
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args) -> None:
+        """End at once, rewrites cancelled: pygls would wait for its worker threads, one of them blocked
+        reading stdin for as long as the client keeps it open. Over TCP, end only this client's session."""
+        self._server.cancel_all()
+        if self._server.tcp:
+            self.writer.close()
+            return
+        sys.stdout.flush()
+        os._exit(0 if self._shutdown else 1)
+
 
 class AssistantServer(LanguageServer):
     def __init__(self):
@@ -55,6 +69,7 @@ class AssistantServer(LanguageServer):
         self.requests: dict[object, threading.Event] = {}  # request id -> cancel event of its rewrite
         self.draft_from_open_buffers = False
         self.request_timeout = REQUEST_TIMEOUT
+        self.tcp = False
         self.client_connected = False  # over TCP: one client at a time
 
     def load(self, args) -> None:
@@ -101,6 +116,8 @@ class AssistantServer(LanguageServer):
                 writer.close()
                 self.client_connected = False
 
+        self.tcp = True
+
         async def serve():
             async with await asyncio.start_server(connection, host, port) as listening:
                 await listening.serve_forever()
@@ -127,11 +144,6 @@ server = AssistantServer()
 def on_initialize(ls: AssistantServer, params: types.InitializeParams):
     options = params.initialization_options or {}
     ls.draft_from_open_buffers = bool(isinstance(options, dict) and options.get("draftFromOpenBuffers"))
-
-
-@server.feature(types.EXIT)
-def on_exit(ls: AssistantServer, *args):
-    ls.cancel_all()  # the rewrites stop within one decoding step, so the process can end now
 
 
 @server.feature(types.INITIALIZED)
@@ -606,11 +618,14 @@ def register(commands) -> None:
     parser = commands.add_parser("lsp", help="run the language server (stdio, or --tcp HOST:PORT)")
     add_model_options(parser)
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP socket instead of stdio")
+    parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
+                        help="how long the editor has to answer an edit or a progress request (default %(default)s)")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
     logging.basicConfig(level=logging.WARNING)
+    server.request_timeout = args.request_timeout
     server.load(args)
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
