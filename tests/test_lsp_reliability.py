@@ -5,6 +5,8 @@ documents at once. A real pytest-lsp client drives `assistant lsp` over stdio wi
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 
 import pytest
 import pytest_lsp
@@ -218,3 +220,86 @@ async def test_the_negotiated_position_encoding(encoded: LanguageClient):
     for span, sent in zip(result["spans"], notice.spans):
         a, b = span["output"]
         assert sent.output.start == position_at(now, target[0] + a, encoding)
+
+
+# Raw JSON-RPC over a pipe or a socket, for what a pytest-lsp client cannot do: keep stdin open after
+# `exit`, connect several clients over TCP.
+
+def frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def receive(reader: asyncio.StreamReader) -> dict | None:
+    """The next message, or None at the end of the stream."""
+    length = None
+    while (line := await reader.readline()).strip():
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    if length is None:
+        return None
+    return json.loads(await reader.readexactly(length))
+
+
+async def receive_until(reader: asyncio.StreamReader, wanted) -> dict:
+    while (message := await asyncio.wait_for(receive(reader), BOUND)) is not None:
+        if wanted(message):
+            return message
+    raise AssertionError("the stream ended")
+
+
+def initialize(msg_id: int = 1) -> bytes:
+    return frame({"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
+                  "params": {"capabilities": {"workspace": {"applyEdit": True}}}}) + \
+        frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+
+
+async def test_exit_during_a_rewrite_ends_the_process():
+    server = await asyncio.create_subprocess_exec(*SERVER, stdin=asyncio.subprocess.PIPE,
+                                                  stdout=asyncio.subprocess.PIPE)
+    try:
+        server.stdin.write(initialize() + frame({
+            "jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": "file:///exit.py", "languageId": "python", "version": 1, "text": CODE * 20}}}) + frame({
+            "jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand",
+            "params": {"command": "assistant.rewriteDocument", "arguments": ["file:///exit.py", "add docstrings"]}}))
+        await receive_until(server.stdout, lambda m: m.get("method") == "workspace/applyEdit")
+        server.stdin.write(frame({"jsonrpc": "2.0", "method": "exit"}))  # stdin stays open, as editors leave it
+        await server.stdin.drain()
+        while await asyncio.wait_for(server.stdout.read(1 << 16), BOUND):
+            pass
+        assert await asyncio.wait_for(server.wait(), BOUND) is not None
+    finally:
+        if server.returncode is None:
+            server.kill()
+
+
+async def test_tcp_serves_one_client_at_a_time_and_outlives_it():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(*SERVER, "--tcp", f"127.0.0.1:{port}")
+    try:
+        for _ in range(BOUND * 10):
+            try:
+                first = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        first[1].write(initialize())
+        assert "capabilities" in (await receive_until(first[0], lambda m: m.get("id") == 1))["result"]
+
+        second = await asyncio.open_connection("127.0.0.1", port)
+        refusal = await asyncio.wait_for(receive(second[0]), BOUND)
+        assert "one at a time" in refusal["params"]["message"]
+        assert await asyncio.wait_for(receive(second[0]), BOUND) is None  # closed, and no reply meant for another
+
+        first[1].close()  # the first client leaves; the server stays for the next
+        third = await asyncio.open_connection("127.0.0.1", port)
+        third[1].write(initialize())
+        assert "capabilities" in (await receive_until(third[0], lambda m: m.get("id") == 1))["result"]
+        third[1].close()
+        assert server.returncode is None
+    finally:
+        server.kill()
+        await server.wait()
