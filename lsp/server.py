@@ -450,6 +450,7 @@ async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
         if job.written:
             await write(ls, job, job.target, [])
         job.restored = job.known[job.start:job.end] == job.target
+        job.undo = None if job.restored else job.undo  # nothing to reject: the original is back
         report_unfinished(ls, job, failure or job.refused or result, context)
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
