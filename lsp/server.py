@@ -23,10 +23,10 @@ from contextlib import closing
 
 from assistant import Assistant, Delta, Queued
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import JsonRPCNotification, LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from . import ranges
@@ -42,6 +42,26 @@ INSTRUCTIONS = ("fix bugs", "add type hints", "add docstrings", "simplify", "imp
 
 
 class Protocol(LanguageServerProtocol):
+    def __init__(self, server, converter):
+        super().__init__(server, converter)
+        # cattrs would turn 1.5 into 1 and "3" into 3: positions are whole numbers or an error
+        converter.register_structure_hook(types.Position, lambda value, _: parse_position(value))
+
+    def structure_message(self, data):
+        """A request whose params do not fit its method gets an error answer that names the problem;
+        pygls only logs it, and the client would wait for an answer forever."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if not isinstance(data, dict) or "id" not in data or "method" not in data:
+                raise
+            problem = error.__cause__
+            while isinstance(problem, BaseExceptionGroup):
+                problem = problem.exceptions[0]
+            self._send_response(data["id"], error=JsonRpcInvalidParams(
+                f"invalid params for {data['method']}: {problem}").to_response_error())
+            return JsonRPCNotification(method="$/invalidRequest", jsonrpc="2.0", params=None)  # answered; ignored
+
     def _handle_cancel_notification(self, msg_id):
         # pygls only cancels the future of a request that has not started; a running rewrite
         # must also stop the model, so `$/cancelRequest` sets that request's cancel event too.
@@ -249,7 +269,7 @@ def parse_position(value) -> types.Position:
     numbers = [value["line"], value["character"]]
     for name, number in zip(("line", "character"), numbers):
         if type(number) is not int or not 0 <= number < 2**31:
-            raise JsonRpcInvalidParams(f"range {name} must be a whole number from 0 to 2**31-1, not {number!r}")
+            raise JsonRpcInvalidParams(f"position {name} must be a whole number from 0 to 2**31-1, not {number!r}")
     return types.Position(*numbers)
 
 

@@ -296,11 +296,44 @@ async def test_tcp_serves_one_client_at_a_time_and_outlives_it():
         assert await asyncio.wait_for(receive(second[0]), BOUND) is None  # closed, and no reply meant for another
 
         first[1].close()  # the first client leaves; the server stays for the next
-        third = await asyncio.open_connection("127.0.0.1", port)
-        third[1].write(initialize())
-        assert "capabilities" in (await receive_until(third[0], lambda m: m.get("id") == 1))["result"]
+        for _ in range(BOUND * 10):  # refused until the server has seen the first one go
+            third = await asyncio.open_connection("127.0.0.1", port)
+            third[1].write(initialize())
+            try:
+                answer = await asyncio.wait_for(receive(third[0]), BOUND)
+            except ConnectionResetError:  # refused while our initialize was unread
+                answer = {}
+            if answer.get("id") == 1:
+                break
+            third[1].close()
+            await asyncio.sleep(0.1)
+        assert "capabilities" in answer["result"]
         third[1].close()
         assert server.returncode is None
+    finally:
+        server.kill()
+        await server.wait()
+
+
+async def test_malformed_positions_in_requests_get_an_error_that_names_them():
+    server = await asyncio.create_subprocess_exec(*SERVER, stdin=asyncio.subprocess.PIPE,
+                                                  stdout=asyncio.subprocess.PIPE)
+    bad = [{"line": float("inf"), "character": 0}, {"line": 1.5, "character": 0}, {"line": "0", "character": 0},
+           {"line": 0, "character": -1}]
+    try:
+        server.stdin.write(initialize() + frame({
+            "jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": "file:///bad.py", "languageId": "python", "version": 1, "text": CODE}}}))
+        for msg_id, position in enumerate(bad + [{"line": 0, "character": 0}], start=10):
+            server.stdin.write(frame({"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/hover", "params": {
+                "textDocument": {"uri": "file:///bad.py"}, "position": position}}))
+        answers = {}
+        while len(answers) < len(bad) + 1:
+            message = await receive_until(server.stdout, lambda m: m.get("id", 0) >= 10)
+            answers[message["id"]] = message
+        for msg_id, position in enumerate(bad, start=10):
+            assert "whole number" in answers[msg_id]["error"]["message"], position
+        assert "error" not in answers[10 + len(bad)]  # the server is still up and answering
     finally:
         server.kill()
         await server.wait()
