@@ -1,18 +1,24 @@
 """Plain-text geometry for the language server: LSP positions and string offsets, and how offsets
 move when a document changes under a rewrite.
 
-LSP positions count UTF-16 code units and lines end at "\\n", "\\r\\n" or "\\r"; Python strings
-count code points, so every conversion goes through here.
+LSP positions count code units of the negotiated position encoding (UTF-8, UTF-16 or UTF-32;
+pygls's PositionCodec counts them) and lines end at "\\n", "\\r\\n" or "\\r"; Python strings count
+code points, so every conversion goes through here. A `Lines` index is built once per text, so
+converting many positions costs a bisection each, never a pass over the document.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from functools import lru_cache
 
 from diff_match_patch import diff_match_patch
 from lsprotocol import types
+from pygls.workspace import PositionCodec
 
 LINE_END = re.compile(r"\r\n|\r|\n")
+UTF16 = types.PositionEncodingKind.Utf16
 
 
 class Conflict(Exception):
@@ -23,49 +29,83 @@ def line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in LINE_END.finditer(text)]
 
 
-def utf16_units(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+class Lines:
+    """One text's line index in one position encoding: LSP positions <-> string offsets."""
+
+    def __init__(self, text: str, encoding: str = UTF16):
+        self.text = text
+        self.codec = PositionCodec(encoding)
+        self.starts = line_starts(text)
+
+    def line_of(self, offset: int) -> int:
+        return bisect_right(self.starts, offset) - 1
+
+    def positions(self, offsets: list[int]) -> list[types.Position]:
+        """The positions of `offsets`, sorted and each counted on from the one before on its line."""
+        found: dict[int, types.Position] = {}
+        line = start = units = -1
+        for offset in sorted(set(offsets)):
+            if (here := self.line_of(offset)) != line:
+                line, start, units = here, self.starts[here], 0
+            units += self.codec.client_num_units(self.text[start:offset])
+            start = offset
+            found[offset] = types.Position(line=line, character=units)
+        return [found[offset] for offset in offsets]
+
+    def range(self, start: int, end: int) -> types.Range:
+        return types.Range(*self.positions([start, end]))
+
+    def offset(self, position: types.Position) -> int:
+        """The string offset of an LSP position; ValueError when it lies outside the text."""
+        if not 0 <= position.line < len(self.starts) or position.character < 0:
+            raise ValueError(f"line {position.line} is outside the document")
+        start = self.starts[position.line]
+        end = self.starts[position.line + 1] if position.line + 1 < len(self.starts) else len(self.text)
+        content = LINE_END.sub("", self.text[start:end])
+        units = 0
+        for index, char in enumerate(content):
+            if units >= position.character:
+                if units > position.character:
+                    raise ValueError(f"character {position.character} splits a character")
+                return start + index
+            units += self.codec.impl.code_units_for_char(char)
+        if units == position.character:
+            return start + len(content)
+        raise ValueError(f"character {position.character} is past the end of line {position.line}")
+
+    def offsets(self, range_: types.Range) -> tuple[int, int]:
+        start, end = self.offset(range_.start), self.offset(range_.end)
+        if end < start:
+            raise ValueError("the range ends before it starts")
+        return start, end
 
 
-def position_at(text: str, offset: int) -> types.Position:
-    starts = line_starts(text)
-    line = max(i for i, start in enumerate(starts) if start <= offset)
-    return types.Position(line=line, character=utf16_units(text[starts[line]:offset]))
+@lru_cache(maxsize=8)
+def lines(text: str, encoding: str = UTF16) -> Lines:
+    """The index of `text`, kept for the few texts in use (the document now and as it was)."""
+    return Lines(text, encoding)
 
 
-def range_at(text: str, start: int, end: int) -> types.Range:
-    return types.Range(start=position_at(text, start), end=position_at(text, end))
+def position_at(text: str, offset: int, encoding: str = UTF16) -> types.Position:
+    return lines(text, encoding).positions([offset])[0]
 
 
-def offset_at(text: str, position: types.Position) -> int:
-    """The string offset of an LSP position; ValueError when it lies outside the text."""
-    starts = line_starts(text)
-    if not 0 <= position.line < len(starts) or position.character < 0:
-        raise ValueError(f"line {position.line} is outside the document")
-    start = starts[position.line]
-    end = starts[position.line + 1] if position.line + 1 < len(starts) else len(text)
-    content = LINE_END.sub("", text[start:end])
-    units = 0
-    for index, char in enumerate(content):
-        if units >= position.character:
-            if units > position.character:  # inside a surrogate pair
-                raise ValueError(f"character {position.character} splits a character")
-            return start + index
-        units += utf16_units(char)
-    if units == position.character:
-        return start + len(content)
-    raise ValueError(f"character {position.character} is past the end of line {position.line}")
+def range_at(text: str, start: int, end: int, encoding: str = UTF16) -> types.Range:
+    return lines(text, encoding).range(start, end)
 
 
-def offsets_of(text: str, range_: types.Range) -> tuple[int, int]:
-    start, end = offset_at(text, range_.start), offset_at(text, range_.end)
-    if end < start:
-        raise ValueError("the range ends before it starts")
-    return start, end
+def offset_at(text: str, position: types.Position, encoding: str = UTF16) -> int:
+    return lines(text, encoding).offset(position)
 
 
+def offsets_of(text: str, range_: types.Range, encoding: str = UTF16) -> tuple[int, int]:
+    return lines(text, encoding).offsets(range_)
+
+
+@lru_cache(maxsize=8)
 def changes(old: str, new: str) -> list[tuple[int, int, int]]:
-    """The edits that turn `old` into `new`, as (start, end, inserted length) in `old` offsets."""
+    """The edits that turn `old` into `new`, as (start, end, inserted length) in `old` offsets; kept for
+    the few pairs in use, so repeated look-ups on an unchanged document do not diff it again."""
     if old == new:
         return []
     differ = diff_match_patch()

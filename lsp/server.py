@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
+import os
+import re
+import sys
 import threading
 import time
 import uuid
@@ -19,25 +23,61 @@ from contextlib import closing
 
 from assistant import Assistant, Delta, Queued
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import JsonRPCNotification, LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from . import ranges
 from .rewrite import Rewrite
 
 
 EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-highlight on each
+REQUEST_TIMEOUT = 5.0  # seconds the client has to answer a request of ours (`--request-timeout`)
+FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anything else is unfinished
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 ATTRIBUTION = "assistant/attribution"
 INSTRUCTIONS = ("fix bugs", "add type hints", "add docstrings", "simplify", "improve clarity", "fix grammar")
 
 
 class Protocol(LanguageServerProtocol):
+    def __init__(self, server, converter):
+        super().__init__(server, converter)
+        # cattrs would turn 1.5 into 1 and "3" into 3: positions are whole numbers or an error
+        converter.register_structure_hook(types.Position, lambda value, _: parse_position(value))
+
+    def structure_message(self, data):
+        """A request whose params do not fit its method gets an error answer that names the problem;
+        pygls only logs it, and the client would wait for an answer forever."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if not isinstance(data, dict) or "id" not in data or "method" not in data:
+                raise
+            problem = error.__cause__
+            while isinstance(problem, BaseExceptionGroup):
+                problem = problem.exceptions[0]
+            self._send_response(data["id"], error=JsonRpcInvalidParams(
+                f"invalid params for {data['method']}: {problem}").to_response_error())
+            return JsonRPCNotification(method="$/invalidRequest", jsonrpc="2.0", params=None)  # answered; ignored
+
     def _handle_cancel_notification(self, msg_id):
         # pygls only cancels the future of a request that has not started; a running rewrite
         # must also stop the model, so `$/cancelRequest` sets that request's cancel event too.
         self._server.cancel_request(msg_id)
         super()._handle_cancel_notification(msg_id)
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args) -> None:
+        """End at once, rewrites cancelled: pygls would wait for its worker threads, one of them blocked
+        reading stdin for as long as the client keeps it open. Over TCP, end only this client's session."""
+        self._server.cancel_all()
+        if self._server.tcp:
+            self.writer.close()
+            return
+        sys.stdout.flush()
+        os._exit(0 if self._shutdown else 1)
 
 
 class AssistantServer(LanguageServer):
@@ -48,6 +88,9 @@ class AssistantServer(LanguageServer):
         self.rewrites: dict[str, Rewrite] = {}  # the latest rewrite of each document
         self.requests: dict[object, threading.Event] = {}  # request id -> cancel event of its rewrite
         self.draft_from_open_buffers = False
+        self.request_timeout = REQUEST_TIMEOUT
+        self.tcp = False
+        self.client_connected = False  # over TCP: one client at a time
 
     def load(self, args) -> None:
         """Load the model in a background thread so `initialize` answers at once."""
@@ -63,6 +106,53 @@ class AssistantServer(LanguageServer):
     def cancel_request(self, msg_id) -> None:
         if (cancel := self.requests.get(msg_id)) is not None:
             cancel.set()
+
+    @property
+    def encoding(self) -> str:
+        """The position encoding negotiated at `initialize`: every range we read or write counts its units."""
+        return self.workspace.position_encoding or types.PositionEncodingKind.Utf16
+
+    def cancel_all(self) -> None:
+        for job in self.rewrites.values():
+            job.cancel.set()
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve one TCP client at a time. pygls shares one protocol among all connections (each new one
+        would take over the others' replies) and stops the server when any of them leaves, so a second
+        client is told why and closed, and a leaving client's rewrites are cancelled."""
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+            if self.client_connected:
+                await refuse_connection(writer)
+                return
+            self.client_connected = True
+            self.protocol.set_writer(writer)
+            try:
+                await run_async(stop_event=threading.Event(), reader=reader, protocol=self.protocol,
+                                error_handler=self.report_server_error)
+            finally:
+                self.cancel_all()
+                self.rewrites.clear()
+                self.protocol._shutdown = False  # the next client starts with initialize, as a new session
+                writer.close()
+                self.client_connected = False
+
+        self.tcp = True
+
+        async def serve():
+            async with await asyncio.start_server(connection, host, port) as listening:
+                await listening.serve_forever()
+
+        asyncio.run(serve())
+
+
+async def refuse_connection(writer: asyncio.StreamWriter) -> None:
+    message = {"jsonrpc": "2.0", "method": types.WINDOW_SHOW_MESSAGE,
+               "params": {"type": types.MessageType.Error.value,
+                          "message": "assistant: this server already has a client; it serves one at a time"}}
+    body = json.dumps(message).encode()
+    writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    writer.close()
 
 
 server = AssistantServer()
@@ -127,24 +217,21 @@ async def rewrite_document_command(ls: AssistantServer, *args):
 
 @server.command("assistant.cancel")
 def cancel_command(ls: AssistantServer, *args):
-    (uri,) = arguments(args, 1)
-    rewrite = ls.rewrites.get(uri)
-    if rewrite is None or not rewrite.running:
+    uri, job = named_rewrite(ls, args)
+    if job is None or not job.running:
         return {"uri": uri, "cancelled": False}
-    rewrite.cancel.set()
+    job.cancel.set()
     return {"uri": uri, "cancelled": True}
 
 
 @server.command("assistant.accept")
 def accept_command(ls: AssistantServer, *args):
-    (uri,) = arguments(args, 1)
-    return accept(ls, uri)
+    return accept(ls, *named_rewrite(ls, args))
 
 
 @server.command("assistant.reject")
 async def reject_command(ls: AssistantServer, *args):
-    (uri,) = arguments(args, 1)
-    return await reject(ls, uri)
+    return await reject(ls, *named_rewrite(ls, args))
 
 
 # The work.
@@ -158,13 +245,41 @@ def arguments(args: tuple, count: int) -> tuple:
     return args
 
 
+def named_rewrite(ls: AssistantServer, args: tuple):
+    """The rewrite an accept, reject or cancel names: `[uri]` the document's latest, `[uri, id]` that one only."""
+    if not 1 <= len(args) <= 2 or not all(isinstance(a, str) for a in args):
+        raise JsonRpcInvalidParams(f"expected the document URI and optionally the rewrite's id; got {list(args)!r}")
+    job = ls.rewrites.get(args[0])
+    if len(args) == 2 and (job is None or job.id != args[1]):
+        raise JsonRpcInvalidRequest(f"rewrite {args[1]} is not the latest rewrite of {args[0]}; "
+                                    "a newer rewrite accepted it, or it was rejected")
+    return args[0], job
+
+
 def parse_range(value) -> types.Range:
+    """An LSP range from a command argument: whole numbers from 0 to 2**31 - 1, nothing else."""
     try:
-        return types.Range(start=types.Position(line=int(value["start"]["line"]),
-                                                character=int(value["start"]["character"])),
-                           end=types.Position(line=int(value["end"]["line"]), character=int(value["end"]["character"])))
-    except (TypeError, KeyError, ValueError) as error:
-        raise JsonRpcInvalidParams(f"not an LSP range: {value!r}") from error
+        return types.Range(start=parse_position(value["start"]), end=parse_position(value["end"]))
+    except (TypeError, KeyError) as error:
+        raise JsonRpcInvalidParams(f"not an LSP range (start and end, each with line and character): "
+                                   f"{value!r}") from error
+
+
+def parse_position(value) -> types.Position:
+    numbers = [value["line"], value["character"]]
+    for name, number in zip(("line", "character"), numbers):
+        if type(number) is not int or not 0 <= number < 2**31:
+            raise JsonRpcInvalidParams(f"position {name} must be a whole number from 0 to 2**31-1, not {number!r}")
+    return types.Position(*numbers)
+
+
+def check_text(uri: str, text: str) -> None:
+    """Refuse a document that is not valid Unicode: a lone surrogate cannot be tokenized, encoded or edited."""
+    if found := LONE_SURROGATE.search(text):
+        position = ranges.position_at(text, found.start())
+        raise JsonRpcInvalidParams(f"{uri} has a lone surrogate (U+{ord(found.group()):04X}) at line "
+                                   f"{position.line + 1}, character {position.character + 1}; "
+                                   "it is not valid Unicode text")
 
 
 def open_document(ls: AssistantServer, uri: str):
@@ -220,8 +335,8 @@ class progress:
             return self
         token = str(uuid.uuid4())
         try:
-            await self.ls.work_done_progress.create_async(token)
-        except Exception:  # noqa: BLE001 - a client that refuses a progress bar still gets its rewrite
+            await answer_within(self.ls, self.ls.work_done_progress.create_async(token))
+        except Exception:  # noqa: BLE001 - a client that refuses (or never answers) still gets its rewrite
             return self
         self.token = token
         self.ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
@@ -240,14 +355,22 @@ class progress:
             self.ls.work_done_progress.tokens.pop(self.token, None)
 
 
+async def answer_within(ls: AssistantServer, request):
+    """The client's answer to a request of ours, or TimeoutError once `request_timeout` passes; the
+    request is shielded so a late answer still finds its future."""
+    return await asyncio.wait_for(asyncio.shield(request), ls.request_timeout)
+
+
 async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types.Range | None) -> dict:
     """Run one rewrite, streaming it into the buffer; returns the engine's result plus the URI."""
     if not instruction.strip():
         raise JsonRpcInvalidParams("the instruction is empty")
+    check_text("the instruction", instruction)
     document = open_document(ls, uri)
     text = document.source
+    check_text(uri, text)
     try:
-        selection = ranges.offsets_of(text, target) if target is not None else None
+        selection = ranges.offsets_of(text, target, ls.encoding) if target is not None else None
     except ValueError as error:
         raise JsonRpcInvalidParams(f"the range is outside the document: {error}") from error
     model = await engine(ls)
@@ -258,7 +381,7 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
     if current is not None and current.running:
         raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
     start, end = selection or (0, len(text))
-    job = Rewrite(uri, text, start, end)
+    job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()))
     ls.rewrites[uri] = job
     msg_id = ls.protocol.msg_id
     ls.requests[msg_id] = job.cancel
@@ -271,7 +394,7 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
                                              cancel=job.cancel, references=references)
         except Exception as error:  # RewriteError, and anything else the engine refuses with
             raise JsonRpcInvalidParams(str(error)) from error
-        result = await stream(ls, job, events)
+        result = await stream(ls, job, events, model.loaded.context_length)
     except BaseException:
         if ls.rewrites.get(uri) is job:
             del ls.rewrites[uri]
@@ -283,15 +406,26 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
         raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
     if job.held:
         send_attribution(ls, job)
+    return answer_of(job, result)
+
+
+def answer_of(job: Rewrite, result) -> dict:
+    """The command's answer: the engine's result as the buffer holds it (the original target, when an
+    unfinished answer was taken back), its offsets in that text."""
     answer = result.to_json()
-    answer["text"] = job.shown(result.text)  # what was put in the buffer
-    answer["uri"] = uri
-    answer["conflict"] = not job.held
+    if job.restored:
+        answer["text"], answer["spans"] = job.target, []
+    else:
+        answer["text"], at = job.shown(result.text), job.shown_offset(result.text)
+        for span in answer["spans"]:
+            span["output"] = [at(span["output"][0]), at(span["output"][1])]
+    answer.update(uri=job.uri, id=job.id, conflict=not job.held, restored=job.restored)
     return answer
 
 
-async def stream(ls: AssistantServer, job: Rewrite, events):
-    """Apply the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the final one."""
+async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
+    """Apply the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the final one:
+    the answer if it finished, else the original target text, so no unfinished answer stays."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -328,11 +462,38 @@ async def stream(ls: AssistantServer, job: Rewrite, events):
                 result = event
                 bar.outcome = event.stopped
         await worker
+    finished = failure is None and result.stopped in FINISHED and not job.refused
+    if finished and job.held and not job.closed:
+        await write(ls, job, result.text, result.spans)
+        finished = not job.refused
+    if not finished and job.held and not job.closed:
+        if job.written:
+            await write(ls, job, job.target, [])
+        job.restored = job.known[job.start:job.end] == job.target
+        job.undo = None if job.restored else job.undo  # nothing to reject: the original is back
+        report_unfinished(ls, job, failure or job.refused or result, context)
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
-    if job.held and not job.closed:
-        await write(ls, job, result.text, result.spans)
     return result
+
+
+def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> None:
+    """Say why the answer was not applied, and what would let it finish."""
+    if isinstance(why, str):
+        reason = why
+    elif isinstance(why, BaseException):
+        reason = f"the rewrite failed: {why}"
+    elif why.stopped == "cancelled":
+        reason = "the rewrite was cancelled"
+    elif why.stats.prompt_tokens + why.stats.new_tokens >= context - 1:
+        reason = (f"the document needs more room than the model's context of {context} tokens has, so the "
+                  "answer stopped early; rewrite a selection instead of the whole document")
+    else:
+        reason = (f"the answer reached its limit of {why.stats.new_tokens} new tokens (about twice the "
+                  "target's length) before it finished; rewrite a smaller selection or ask for less")
+    kept = "the original text is back" if job.restored else "the buffer keeps what was written; use undo"
+    ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                   message=f"assistant: {reason}; {kept}"))
 
 
 async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> None:
@@ -349,10 +510,10 @@ async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> 
     expected = before[:job.start] + output + before[job.end:]
     edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
-        edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end), new_text=output)])])
+        edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end, job.encoding), new_text=output)])])
     job.editing = True
     try:
-        answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="assistant"))
+        answer = await apply_edit(ls, edit, "assistant")
     finally:
         job.editing = False
     if job.closed:
@@ -365,6 +526,20 @@ async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> 
         job.follow(now.source)
         if not job.held:
             stop_for_typing(ls, job)
+    elif not answer.applied and now.version == version:  # refused, not overtaken by typing: stop generating
+        job.refused = f"the editor did not apply an edit ({answer.failure_reason or 'no reason given'})"
+        job.cancel.set()
+
+
+async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str) -> types.ApplyWorkspaceEditResult:
+    """Send `workspace/applyEdit`; a client that fails it or does not answer in time counts as refusing."""
+    try:
+        return await answer_within(ls, ls.workspace_apply_edit_async(
+            types.ApplyWorkspaceEditParams(edit=edit, label=label)))
+    except TimeoutError:
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason=f"no answer in {ls.request_timeout:g} s")
+    except Exception as error:  # noqa: BLE001 - an error answer is a refusal with a reason
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason=str(error))
 
 
 def stop_for_typing(ls: AssistantServer, job: Rewrite) -> None:
@@ -391,19 +566,17 @@ def send_attribution(ls: AssistantServer, job: Rewrite) -> None:
     ls.protocol.notify(ATTRIBUTION, job.attribution(document.version if document else None))
 
 
-def accept(ls: AssistantServer, uri: str) -> dict:
-    job = ls.rewrites.get(uri)
+def accept(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
     if job is None or job.running:
         raise JsonRpcInvalidRequest(f"{uri} has no finished rewrite to accept")
     job.undo = None
     follow_edits(ls, uri)
     send_attribution(ls, job)
-    return {"uri": uri, "accepted": True}
+    return {"uri": uri, "id": job.id, "accepted": True}
 
 
-async def reject(ls: AssistantServer, uri: str) -> dict:
-    """Put the original text back over the rewritten range, exactly."""
-    job = ls.rewrites.get(uri)
+async def reject(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
+    """Put the original text back over the rewritten range, exactly; a newer rewrite started meanwhile stays."""
     if job is None or job.running or job.undo is None:
         raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
     document = open_document(ls, uri)
@@ -413,14 +586,15 @@ async def reject(ls: AssistantServer, uri: str) -> dict:
     version = document.version  # the document object changes in place when the edit lands
     edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
-        edits=[types.TextEdit(range=ranges.range_at(document.source, job.start, job.end), new_text=job.undo)])])
-    answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="assistant: reject"))
+        edits=[types.TextEdit(range=job.range_at(job.start, job.end), new_text=job.undo)])])
+    answer = await apply_edit(ls, edit, "assistant: reject")
     now = ls.workspace.text_documents.get(uri)
     if not answer.applied or now is None or now.version is None or version is None or now.version <= version:
         raise JsonRpcInvalidRequest(f"the editor did not restore the original text: {answer.failure_reason or 'stale'}")
-    del ls.rewrites[uri]
-    ls.protocol.notify(ATTRIBUTION, {"uri": uri, "version": now.version, "spans": []})
-    return {"uri": uri, "rejected": True}
+    if ls.rewrites.get(uri) is job:
+        del ls.rewrites[uri]
+        ls.protocol.notify(ATTRIBUTION, {"uri": uri, "version": now.version, "spans": []})
+    return {"uri": uri, "id": job.id, "rejected": True}
 
 
 def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hover | None:
@@ -429,7 +603,7 @@ def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hove
         return None
     job, span = found
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=job.describe(span)),
-                       range=ranges.range_at(job.known, span[0], span[1]))
+                       range=job.range_at(span[0], span[1]))
 
 
 def highlights(ls: AssistantServer, uri: str, position: types.Position) -> list[types.DocumentHighlight] | None:
@@ -442,7 +616,7 @@ def highlights(ls: AssistantServer, uri: str, position: types.Position) -> list[
         start, end = ranges.map_range(c, d, ranges.changes(job.original, job.known))
     except ranges.Conflict:
         return []
-    return [types.DocumentHighlight(range=ranges.range_at(job.known, start, end), kind=types.DocumentHighlightKind.Read)]
+    return [types.DocumentHighlight(range=job.range_at(start, end), kind=types.DocumentHighlightKind.Read)]
 
 
 def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
@@ -452,7 +626,7 @@ def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
         return None
     job.follow(document.source)
     try:
-        offset = ranges.offset_at(document.source, position)
+        offset = ranges.offset_at(document.source, position, job.encoding)
     except ValueError:
         return None
     spans = job.spans_at(offset)
@@ -465,11 +639,14 @@ def register(commands) -> None:
     parser = commands.add_parser("lsp", help="run the language server (stdio, or --tcp HOST:PORT)")
     add_model_options(parser)
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP socket instead of stdio")
+    parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
+                        help="how long the editor has to answer an edit or a progress request (default %(default)s)")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
     logging.basicConfig(level=logging.WARNING)
+    server.request_timeout = args.request_timeout
     server.load(args)
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")

@@ -31,27 +31,57 @@ class Editor:
     on_edit: dict[str, object] = field(default_factory=dict)
     attributions: list[dict] = field(default_factory=list)
     edits: int = 0
+    encoding: str = "utf-16"  # the position encoding the server chose
+    keep_crlf: bool = False  # like Neovim's fileformat=dos: a line break typed into a CRLF buffer becomes \r\n
+    refuse: bool = False  # decline every edit
+    silent: asyncio.Event | None = None  # answer no request of the server's until this is set
+    hold: asyncio.Event | None = None  # sit on the next edit until this is set
+    holding: bool = False
+    stale: int = 0  # edits refused because they named an old version
 
 
 def editor_client() -> LanguageClient:
     client = make_test_lsp_client()
     client.editor = Editor()
 
+
     @client.feature(types.WORKSPACE_APPLY_EDIT)
-    def apply_edit(client: LanguageClient, params: types.ApplyWorkspaceEditParams):
+    async def apply_edit(client: LanguageClient, params: types.ApplyWorkspaceEditParams):
+        if client.editor.silent is not None:
+            await client.editor.silent.wait()
+            return types.ApplyWorkspaceEditResult(applied=False, failure_reason="too late")
+        if client.editor.hold is not None:
+            client.editor.holding = True
+            await client.editor.hold.wait()
+            client.editor.hold, client.editor.holding = None, False
+        if client.editor.refuse:
+            return types.ApplyWorkspaceEditResult(applied=False, failure_reason="declined by the user")
         for change in params.edit.document_changes or []:
             uri = change.text_document.uri
             text, version = client.editor.buffers[uri]
             if change.text_document.version != version:
+                client.editor.stale += 1
                 return types.ApplyWorkspaceEditResult(applied=False, failure_reason="stale version")
             for edit in change.edits:
-                start, end = offsets_of(text, edit.range)
-                text = text[:start] + edit.new_text + text[end:]
-                type_into(client, uri, edit.range, edit.new_text, text)
+                start, end = offsets_of(text, edit.range, client.editor.encoding)
+                new_text = edit.new_text
+                if client.editor.keep_crlf and "\r\n" in text:
+                    new_text = new_text.replace("\r\n", "\n").replace("\n", "\r\n")
+                text = text[:start] + new_text + text[end:]
+                type_into(client, uri, edit.range, new_text, text)
             client.editor.edits += 1
             if (hook := client.editor.on_edit.get(uri)) is not None and hook(client, uri, edit):
                 del client.editor.on_edit[uri]
         return types.ApplyWorkspaceEditResult(applied=True)
+
+    create_progress = client.protocol.fm.features[types.WINDOW_WORK_DONE_PROGRESS_CREATE]
+
+    async def create_progress_unless_silent(params):
+        if client.editor.silent is not None:
+            await client.editor.silent.wait()
+        return create_progress(params)
+
+    client.protocol.fm.features[types.WINDOW_WORK_DONE_PROGRESS_CREATE] = create_progress_unless_silent
 
     @client.feature("assistant/attribution")
     def attribution(client: LanguageClient, params):
@@ -71,7 +101,7 @@ def type_into(client: LanguageClient, uri: str, range_: types.Range, new_text: s
 
 def type_at(client: LanguageClient, uri: str, offset: int, typed: str) -> None:
     text = client.editor.buffers[uri][0]
-    position = position_at(text, offset)
+    position = position_at(text, offset, client.editor.encoding)
     type_into(client, uri, types.Range(start=position, end=position), typed, text[:offset] + typed + text[offset:])
 
 
@@ -83,8 +113,8 @@ def open_buffer(client: LanguageClient, name: str, text: str = CODE) -> str:
     return uri
 
 
-def lsp_range(text: str, start: int, end: int) -> dict:
-    found = range_at(text, start, end)
+def lsp_range(text: str, start: int, end: int, encoding: str = "utf-16") -> dict:
+    found = range_at(text, start, end, encoding)
     return {"start": {"line": found.start.line, "character": found.start.character},
             "end": {"line": found.end.line, "character": found.end.character}}
 

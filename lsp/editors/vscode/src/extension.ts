@@ -19,6 +19,10 @@ interface RewriteResult {
   text: string;
   /** Why generation ended, "eos", "length", "stop" or "cancelled". */
   stopped: string;
+  /** Names this rewrite, so accept and reject act on it and on no newer one. */
+  id?: string;
+  /** The answer did not finish and the original text is back (the server said why). */
+  restored?: boolean;
 }
 
 async function askInstruction(): Promise<string | undefined> {
@@ -72,15 +76,17 @@ async function rewrite(selection: boolean): Promise<void> {
 }
 
 async function offerAcceptReject(document: vscode.TextDocument, result: RewriteResult | null): Promise<void> {
+  if (result?.restored) {
+    return;
+  }
   const choice = await vscode.window.showInformationMessage(
     result?.stopped ? `Rewrite finished (${result.stopped}).` : "Rewrite finished.",
     "Accept",
     "Reject",
   );
   if (choice && client) {
-    await execute(choice === "Accept" ? "assistant.accept" : "assistant.reject", [
-      client.code2ProtocolConverter.asUri(document.uri),
-    ]);
+    const uri = client.code2ProtocolConverter.asUri(document.uri);
+    await execute(choice === "Accept" ? "assistant.accept" : "assistant.reject", result?.id ? [uri, result.id] : [uri]);
   }
 }
 
