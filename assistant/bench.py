@@ -375,7 +375,8 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
 
 
 def prefix_reuse(runner: Runner, record: data.Record) -> dict:
-    """Time to first token of one edit request made twice: cold, then with its prompt prefix cached."""
+    """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
+    after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
     from .engine import PREFIX_CACHE_MB
     from .prefix_cache import PrefixCache
 
@@ -383,10 +384,13 @@ def prefix_reuse(runner: Runner, record: data.Record) -> dict:
     assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
     try:
         cold, warm = (runner.engine(assistant.strategy, record, 1).first_token_seconds for _ in range(2))
+        assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+        assistant.warm(record.document)
+        idle = runner.engine(assistant.strategy, record, 1).first_token_seconds
     finally:
         assistant.prefixes = None
     return {"task": record.task, "id": record.id, "strategy": PREFIX_REUSE, "cold_first_token_seconds": cold,
-            "warm_first_token_seconds": warm}
+            "warm_first_token_seconds": warm, "idle_first_token_seconds": idle}
 
 
 # --- summary, table, chart ------------------------------------------------------------------------
@@ -450,8 +454,10 @@ def summarize_prefix_reuse(rows: list[dict], tasks: list[str]) -> list[dict]:
         if mine:
             cold = sum(r["cold_first_token_seconds"] for r in mine) / len(mine)
             warm = sum(r["warm_first_token_seconds"] for r in mine) / len(mine)
+            idle = sum(r["idle_first_token_seconds"] for r in mine) / len(mine)
             summary.append({"task": task, "records": len(mine), "cold_first_token_seconds": cold,
-                            "warm_first_token_seconds": warm, "warm_over_cold": ratio(warm, cold)})
+                            "warm_first_token_seconds": warm, "warm_over_cold": ratio(warm, cold),
+                            "idle_first_token_seconds": idle, "idle_over_cold": ratio(idle, cold)})
     return summary
 
 
@@ -509,12 +515,13 @@ def table(summary: list[dict], unavailable: dict[str, str]):
 def prefix_table(summary: list[dict]):
     from rich.table import Table
 
-    t = Table(title="prefix reuse: the same edit request twice")
-    for name in ("task", "n", "first token cold", "first token warm", "warm / cold"):
+    t = Table(title="prefix reuse: the same edit request twice, and after the buffer was idle")
+    for name in ("task", "n", "first token cold", "first token again", "again / cold", "after idle", "idle / cold"):
         t.add_column(name, justify="left" if name == "task" else "right")
     for s in summary:
         t.add_row(s["task"], str(s["records"]), fmt(s["cold_first_token_seconds"], ".3f", "s"),
-                  fmt(s["warm_first_token_seconds"], ".3f", "s"), fmt(s["warm_over_cold"], ".0%"))
+                  fmt(s["warm_first_token_seconds"], ".3f", "s"), fmt(s["warm_over_cold"], ".0%"),
+                  fmt(s["idle_first_token_seconds"], ".3f", "s"), fmt(s["idle_over_cold"], ".0%"))
     return t
 
 

@@ -189,10 +189,13 @@ class Assistant:
         (the chat start and the fenced document), into the prefix cache, so that the first rewrite of
         an idle buffer starts without it. Each forward of WARM_CHUNK tokens is one turn in the request
         queue: a request waits for one at most. Returns the prompt tokens now cached."""
-        if self.prefixes is None:
+        try:
+            first, second = (self.prompt(document, instruction).ids for instruction in ("Fix it.", "Rewrite this."))
+        except RewriteError:  # nothing a rewrite could start from: an empty or binary buffer
             return 0
-        first, second = (self.prompt(document, instruction).ids for instruction in ("Fix it.", "Rewrite this."))
         shared = first[:common_prefix(np.asarray(first), np.asarray(second))]
+        if self.prefixes is None or len(shared) > self.loaded.context_length // 2:
+            return 0  # a buffer this long is rewritten in pieces, whose prompts differ
         return warm(self.loaded.model, shared, self.drafter(self.strategy).layers, self.prefixes, WARM_CHUNK,
                     self._background_turn, cancel)
 

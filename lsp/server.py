@@ -35,6 +35,7 @@ from .rewrite import Rewrite
 
 EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-highlight on each
 REQUEST_TIMEOUT = 5.0  # seconds the client has to answer a request of ours (`--request-timeout`)
+WARM_AFTER = 2.0  # seconds a buffer stays untouched before its prompt is prefilled in the background
 FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anything else is unfinished
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 ATTRIBUTION = "assistant/attribution"
@@ -91,6 +92,7 @@ class AssistantServer(LanguageServer):
         self.request_timeout = REQUEST_TIMEOUT
         self.tcp = False
         self.client_connected = False  # over TCP: one client at a time
+        self.warming: dict[str, tuple[asyncio.TimerHandle, threading.Event]] = {}  # uri -> pending warm-up
 
     def load(self, args) -> None:
         """Load the model in a background thread so `initialize` answers at once."""
@@ -175,13 +177,20 @@ async def on_initialized(ls: AssistantServer, params: types.InitializedParams):
                                                        message=f"assistant: the model failed to load: {error}"))
 
 
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def on_open(ls: AssistantServer, params: types.DidOpenTextDocumentParams):
+    warm_when_idle(ls, params.text_document.uri)
+
+
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def on_change(ls: AssistantServer, params: types.DidChangeTextDocumentParams):
     follow_edits(ls, params.text_document.uri)
+    warm_when_idle(ls, params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def on_close(ls: AssistantServer, params: types.DidCloseTextDocumentParams):
+    stop_warming(ls, params.text_document.uri)
     if (rewrite := ls.rewrites.pop(params.text_document.uri, None)) is not None:
         rewrite.closed = True
         rewrite.cancel.set()
@@ -271,6 +280,28 @@ def parse_position(value) -> types.Position:
         if type(number) is not int or not 0 <= number < 2**31:
             raise JsonRpcInvalidParams(f"position {name} must be a whole number from 0 to 2**31-1, not {number!r}")
     return types.Position(*numbers)
+
+
+def warm_when_idle(ls: AssistantServer, uri: str) -> None:
+    """Once a buffer has been left alone for WARM_AFTER seconds, prefill what any rewrite of it shares
+    (`Assistant.warm`), so that its first rewrite starts without the prefill. The engine does it one
+    short forward per turn, behind any real request; typing cancels it and starts the wait again."""
+    stop_warming(ls, uri)
+    if not ls.engine.done() or ls.engine.exception() is not None:
+        return
+    cancel = threading.Event()
+
+    def start():
+        text = ls.workspace.get_text_document(uri).source
+        asyncio.get_running_loop().run_in_executor(None, ls.engine.result().warm, text, cancel)
+
+    ls.warming[uri] = (asyncio.get_running_loop().call_later(WARM_AFTER, start), cancel)
+
+
+def stop_warming(ls: AssistantServer, uri: str) -> None:
+    if (pending := ls.warming.pop(uri, None)) is not None:
+        pending[0].cancel()
+        pending[1].set()
 
 
 def check_text(uri: str, text: str) -> None:
