@@ -4,6 +4,8 @@ tests where the model's skill does not matter (queueing, cancelling, load), so t
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import threading
 import time
@@ -98,3 +100,16 @@ class FakeAssistant:
             with self.lock:
                 self.running -= 1
                 self.stopped.append(stopped)
+
+
+async def receive(ws) -> dict:
+    """The next websocket message as JSON; a server that falls silent fails the test instead of hanging it."""
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout=120))
+
+
+async def until(ws, *kinds) -> list[dict]:
+    """Messages up to and including the first of one of `kinds`."""
+    messages = []
+    while not messages or messages[-1]["type"] not in kinds:
+        messages.append(await receive(ws))
+    return messages

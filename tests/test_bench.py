@@ -46,9 +46,16 @@ def test_ar_runs_first_even_when_not_asked():
     assert bench.plan(parse("--strategies", "pld,hf-pld,pld")).strategies == ["ar", "pld", "hf-pld"]
 
 
+def test_strategies_on_other_weights_run_after_ar_and_before_the_rest():
+    planned = bench.plan(parse("--strategies", "pld+h,pld+h@float32,ar@float32,hf-pld")).strategies
+    assert planned == ["ar", "ar@float32", "pld+h", "pld+h@float32", "hf-pld"]  # ar@W is pld+h@W's reference
+
+
 @pytest.mark.parametrize("argv, message", [
     (("--tasks", "poetry"), "unknown task 'poetry'"),
     (("--strategies", "ar,turbo"), "unknown strategy 'turbo'"),
+    (("--strategies", "ar@int3"), "unknown strategy 'ar@int3'"),
+    (("--strategies", "hf-pld@float32"), "or an engine strategy with other weights, such as ar@float32"),
     (("--samples", "100000"), "more than the"),
     (("--samples", "0"), "at least 1"),
     (("--max-new-tokens", "0"), "at least 1"),

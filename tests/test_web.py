@@ -13,7 +13,7 @@ import pytest
 import websockets
 from fastapi.testclient import TestClient
 
-from playground import serve, wait_loaded
+from playground import receive, serve, until, wait_loaded
 from web.app import MAX_DOCUMENT_CHARS, create_app
 
 DOC = "def add(a, b):\n    return a + b\n"
@@ -125,17 +125,6 @@ def test_ws_streams_and_reports_bad_input(client):
 
 
 # ---------------------------------------------------------------- a real server, the websockets client
-
-async def receive(ws) -> dict:
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout=120))
-
-
-async def until(ws, *kinds) -> list[dict]:
-    messages = []
-    while not messages or messages[-1]["type"] not in kinds:
-        messages.append(await receive(ws))
-    return messages
-
 
 def test_server_streams_to_done(server):
     async def main():

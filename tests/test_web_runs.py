@@ -15,23 +15,12 @@ import httpx
 import pytest
 import websockets
 
-from playground import FakeAssistant, serve
+from playground import FakeAssistant, receive, serve, until
 from web.app import create_app
 
 DOC = "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))\n"
 RUN = {"document": DOC, "instruction": "Rename add to plus."}
 LONG = {"document": "x" * 100_000, "instruction": "Copy it."}  # 25,000 steps: runs until cancelled
-
-
-async def receive(ws) -> dict:
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
-
-
-async def until(ws, *kinds) -> list[dict]:
-    messages = []
-    while not messages or messages[-1]["type"] not in kinds:
-        messages.append(await receive(ws))
-    return messages
 
 
 def eventually(condition, what: str, seconds: float = 30) -> None:
