@@ -21,7 +21,7 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
     """The options every command that loads a model shares."""
     parser.add_argument("--model", default=models.DEFAULT_MODEL,
                         help=f"embedded name ({', '.join(models.EMBEDDED)}), model folder, .gguf file or hub id")
-    parser.add_argument("--weights", default="auto", choices=weights.CHOICES,
+    parser.add_argument("--weights", default=weights.DEFAULT, choices=weights.CHOICES,
                         help="the format of the linear layers: auto (the fastest measured on this machine), "
                              "float32, bfloat16, float16, int8 or int4")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")

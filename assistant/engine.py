@@ -28,6 +28,7 @@ from typing import Iterator, Union
 import numpy as np
 
 from . import calibration, draft_length, models
+from . import weights as weights_module
 from .draft_length import AdaptiveDraftLength
 from .decoding import Sampling, decode, warm
 from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
@@ -155,7 +156,7 @@ class TurnQueue:
 
 class Assistant:
     def __init__(self, model: str = models.DEFAULT_MODEL, *, strategy: str = DEFAULT_STRATEGY,
-                 weights: str = "auto", device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
+                 weights: str = weights_module.DEFAULT, device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
         self.strategy = check_strategy(strategy)
         self.model = model
         self.loaded = models.load(model, weights, device)

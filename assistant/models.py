@@ -254,7 +254,7 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def load(spec: str = DEFAULT_MODEL, weights: str = "auto", device: str = "auto") -> LoadedModel:
+def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, device: str = "auto") -> LoadedModel:
     """Load a model with its linear layers in the `weights` format (see `weights`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

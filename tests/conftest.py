@@ -7,6 +7,7 @@ import os
 # Every command and Assistant() in the suite runs on the small embedded model unless a test names
 # another: its skill does not matter to most tests, and it loads in a second.
 os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
+os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine, whatever `auto` measures
 
 import pytest  # noqa: E402
 import torch

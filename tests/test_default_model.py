@@ -27,7 +27,7 @@ CHECK = "assert sum_to(1) == 1 and sum_to(4) == 10 and sum_to(100) == 5050\n"
 def test_the_default_model_fixes_a_bug_end_to_end(tmp_path):
     path = tmp_path / "sums.py"
     path.write_text(BUGGY)
-    env = {k: v for k, v in os.environ.items() if k != "ASSISTANT_MODEL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ASSISTANT_MODEL", "ASSISTANT_WEIGHTS")}
     done = subprocess.run([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i", "Fix bugs in sum_to.",
                            "--json"], capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr

@@ -305,7 +305,8 @@ def test_interrupted_in_place_leaves_the_original(tmp_path):
     text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(200))
     path = write(tmp_path / "many.py", text)
     process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i",
-                                "Add a docstring to every function.", "--in-place", "--max-new-tokens", "1000"],
+                                "Add a docstring to every function.", "--in-place", "--max-new-tokens", "1000",
+                                "--weights", "float16"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_generation(process)
     process.send_signal(signal.SIGINT)
@@ -316,9 +317,10 @@ def test_interrupted_in_place_leaves_the_original(tmp_path):
 
 
 def wait_for_generation(process: subprocess.Popen) -> None:
-    """Return a moment after the weights are loaded, so the interrupt lands during generation."""
+    """Return a moment after the weights are loaded (compact weights say so when they are packed), so the
+    interrupt lands during generation."""
     for line in iter(process.stderr.readline, ""):
-        if "Loading weights" in line or "272/272" in line:
+        if "linear layers as" in line:
             break
     time.sleep(2)
 
