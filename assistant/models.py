@@ -254,6 +254,16 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def packed_path(where: Path | str, weights: str) -> Path:
+    """Where `where`'s int8/int4 tensors are cached: named by the folder and stamped with its weight
+    files' path, size and time, so two folders of the same name never share them."""
+    files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
+    stamp = hashlib.sha256(repr([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+                                + [str(where)]).encode()).hexdigest()[:16]
+    name = Path(str(where)).name if isinstance(where, Path) else str(where).replace("/", "--")
+    return cache_root() / "packed" / f"{name}-{stamp}-{weights}-torch{torch.__version__}.safetensors"
+
+
 def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, device: str = "auto") -> LoadedModel:
     """Load a model with its linear layers in the `weights` format (see `weights`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -280,9 +290,7 @@ def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, devic
     if target.type == "cpu" and chosen in weights_module.COMPACT:
         if model.config.model_type in weights_module.FAMILIES:
             log.info("packing %s's linear layers as %s", name, chosen)
-            folder = Path(where) if isinstance(where, Path) else Path(str(where).replace("/", "--"))
-            packed = cache_root() / "packed" / f"{folder.name}-{chosen}-torch{torch.__version__}.safetensors"
-            weights_module.pack_cached(model, chosen, packed)
+            weights_module.pack_cached(model, chosen, packed_path(where, chosen))
         else:
             log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",
                         name, model.config.model_type, chosen)

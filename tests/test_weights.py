@@ -142,3 +142,11 @@ def test_an_unknown_weights_value_is_refused_before_anything_loads(monkeypatch):
     monkeypatch.setattr(models, "resolve", lambda spec: pytest.fail("resolved a model for a bad --weights"))
     with pytest.raises(ModelError, match="unknown weights"):
         models.load("smollm2-135m", weights="fp8")
+
+
+def test_two_model_folders_of_the_same_name_never_share_packed_weights(tmp_path):
+    first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    for folder, seed in ((first, 1), (second, 2)):
+        make_tiny_model(seed=seed).save_pretrained(folder)
+    assert models.packed_path(first, "int8") != models.packed_path(second, "int8")
+    assert models.packed_path(first, "int8") == models.packed_path(first, "int8")
