@@ -1,11 +1,21 @@
 """Attention for CPU inference, registered with transformers as "assistant".
 
-torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
-bfloat16 query: 1.2 ms per layer over 2,000 keys on this project's 2-core machine, more than half of
-a one-token step, against 0.05-0.2 ms in float32. So on CPU the KV cache is kept in float32
-(`kv_cache.preallocated_cache`) and attention runs in float32 whatever the model's dtype; only the
-few new positions of each step are converted. The cache doubles in size for a bfloat16 model, which
-is small next to its weights (2,000 positions of SmolLM2-135M: 92 MB).
+Two measurements decided it, both on the project's 2-core machines:
+- torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
+  bfloat16 query: 1.2 ms per layer over 2,000 keys, more than half of a one-token step, against
+  0.05-0.2 ms in float32. So the KV cache is kept in float32 (`kv_cache.preallocated_cache`) and
+  attention runs in float32 whatever the model's dtype; only the few new positions of each step are
+  converted. The cache doubles in size for a bfloat16 model, which is small next to its weights
+  (2,000 positions of SmolLM2-135M: 92 MB).
+- The fused kernel computes a query's row differently depending on how many queries come with it
+  (on the AMD EPYC, for every count from 1 to 32 against 1,500 keys, by about 1e-7), so a verified
+  draft could see other numbers than plain decoding. Steps of up to `FEW` queries (every decode
+  step and verification) therefore take two matrix products and a softmax. For the Qwen models'
+  shapes (6 and 7 query heads per key head) MKL then gives each row the same bits whatever the
+  count (checked for 1..64 queries against 70 to 3,000 keys, `tests/test_attention.py`); for
+  SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel the exactness
+  tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query over 1,500 keys
+  of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 NAME = "assistant"
+FEW = 64  # the most queries that take the row-exact path: more than any draft plus its token
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask, scaling: float,
@@ -22,12 +33,28 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Causal attention of queries [batch, heads, q, dim] that are the last q positions of one unpadded
     sequence's keys [batch, kv_heads, k, dim], in the keys' dtype; returns [batch, q, heads, dim]."""
     queries, keys = query.shape[2], key.shape[2]
-    # Queries after cached positions see all of them: the causal mask is aligned bottom-right.
-    mask = None if queries in (1, keys) else torch.ones(queries, keys, dtype=torch.bool,
-                                                        device=query.device).tril(keys - queries)
-    out = F.scaled_dot_product_attention(query.to(key.dtype), key, value, attn_mask=mask,
-                                         is_causal=mask is None and queries > 1, scale=scaling, enable_gqa=True)
+    if queries <= FEW:
+        out = few_queries(query.to(key.dtype), key, value, scaling)
+    else:
+        # Queries after cached positions see all of them: the causal mask is aligned bottom-right.
+        mask = None if queries == keys else torch.ones(queries, keys, dtype=torch.bool,
+                                                       device=query.device).tril(keys - queries)
+        out = F.scaled_dot_product_attention(query.to(key.dtype), key, value, attn_mask=mask,
+                                             is_causal=mask is None, scale=scaling, enable_gqa=True)
     return out.to(query.dtype).transpose(1, 2), None
+
+
+def few_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+    """softmax(q k^T * scaling + causal mask) v, each query row computed alone: query [b, h, q, d],
+    key and value [b, kv_h, k, d] (h a multiple of kv_h, q <= k); returns [b, h, q, d]."""
+    batch, heads, queries, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    scores = torch.matmul((query * scaling).reshape(batch, kv_heads, group * queries, dim), key.transpose(-1, -2))
+    if queries > 1:  # query i of q sees keys up to k - q + i
+        future = torch.ones(queries, queries - 1, dtype=torch.bool, device=query.device).triu()
+        scores.view(batch, kv_heads, group, queries, keys)[..., keys - queries + 1:].masked_fill_(future, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), value).view(batch, heads, queries, dim)
 
 
 def fits(config) -> bool:

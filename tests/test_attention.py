@@ -21,18 +21,20 @@ def logits_per_pass(model, passes: list[list[int]], cache) -> list[torch.Tensor]
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
 def test_attention_matches_transformers_sdpa(dtype, tolerance):
     torch.manual_seed(0)
-    prompt = torch.randint(0, TINY_VOCAB, (40,)).tolist()
-    # A prefill from empty, one-token steps, drafts of several tokens, and a prefill after cached positions
-    # (as prefix reuse makes): every query count against every cache length the loop produces.
-    passes = [prompt[:30], prompt[30:31], prompt[31:36], prompt[36:37], prompt[37:40]]
+    prompt = torch.randint(0, TINY_VOCAB, (100,)).tolist()
+    # A prefill from empty (longer than FEW queries: the fused kernel), one-token steps, drafts of several
+    # tokens, and prefills after cached positions (as prefix reuse makes), short and long: every query
+    # count against every cache length the loop produces, on both paths.
+    passes = [prompt[:70], prompt[70:71], prompt[71:76], prompt[76:77], prompt[77:80],
+              prompt[80:100]]
     ours = make_tiny_model(seed=7, initializer_range=0.2).to(dtype)
     reference = make_tiny_model(seed=7, initializer_range=0.2).to(dtype)
     reference.set_attn_implementation("sdpa")
     assert ours.config._attn_implementation == attention.NAME
-    cache = preallocated_cache(ours, 64)
+    cache = preallocated_cache(ours, 128)
     got = logits_per_pass(ours, passes, cache)
     assert cache.layers[0].keys.dtype == torch.float32  # kept in float32 whatever the model's dtype
-    expected = logits_per_pass(reference, passes, preallocated_cache(reference, 64))
+    expected = logits_per_pass(reference, passes, preallocated_cache(reference, 128))
     for g, e in zip(got, expected):
         assert torch.allclose(g.float(), e.float(), atol=tolerance, rtol=0)
 
@@ -43,3 +45,16 @@ def test_fits_only_full_attention_without_softcapping():
     assert attention.fits(LlamaConfig())
     assert attention.fits(Qwen2Config(use_sliding_window=False))
     assert not attention.fits(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=0))
+
+
+@pytest.mark.parametrize("heads, kv_heads, dim", [(12, 2, 128), (14, 2, 64)])  # Qwen2.5-Coder 1.5B and 0.5B
+@pytest.mark.parametrize("keys", [70, 513, 1500, 3001])
+def test_a_rows_numbers_do_not_depend_on_how_many_queries_come_with_it(heads, kv_heads, dim, keys):
+    """What makes verification exact: the last q queries of a step of FEW give the same bits as a step
+    of those q alone, for every q a decode step or verification can have."""
+    generator = torch.Generator().manual_seed(keys)
+    key, value = (torch.randn(1, kv_heads, keys + 10, dim, generator=generator)[:, :, :keys] for _ in range(2))
+    query = torch.randn(1, heads, attention.FEW, dim, generator=generator)
+    full = attention.few_queries(query, key, value, dim ** -0.5)
+    for q in range(1, attention.FEW):
+        assert torch.equal(attention.few_queries(query[:, :, -q:], key, value, dim ** -0.5), full[:, :, -q:]), q
