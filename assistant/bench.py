@@ -31,7 +31,6 @@ import os
 import platform
 import resource
 import sys
-import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -295,29 +294,12 @@ def llama_gguf(model: str) -> Path:
     weights, joined once into the cache when they ship in parts."""
     if model in models.EMBEDDED:
         embedded = models.EMBEDDED[model]
-        return joined_gguf(embedded.gguf_parts(), embedded.sha256, model)
+        return models.joined_gguf(embedded.gguf_parts(), embedded.sha256, model)
     path = Path(model).expanduser()
     if path.suffix != ".gguf" or not path.is_file():
         raise BenchError(f"llama-cpp reads GGUF weights: --model {model!r} is neither an embedded model "
                          f"nor a .gguf file")
     return path
-
-
-def joined_gguf(parts: list[Path], sha256: str, name: str) -> Path:
-    """The single part, or the parts joined into `<cache>/gguf/` once: hash-checked, written to a temporary
-    file and renamed into place, so that an interrupted or damaged join is never used."""
-    if len(parts) == 1:
-        return parts[0]
-    done = models.cache_root() / "gguf" / f"{name}-{sha256[:16]}.gguf"
-    if done.is_file():
-        return done
-    done.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=done.parent, prefix=".joining-") as work:
-        joined = Path(work) / done.name
-        with open(joined, "wb") as out:
-            models.verified_sha256(parts, sha256, name, into=out)
-        joined.replace(done)
-    return done
 
 
 def synchronize(device) -> None:

@@ -248,18 +248,46 @@ def resolve(spec: str) -> tuple[Path | str, str | None, str]:
     return spec, None, spec  # a hub id; needs a network
 
 
+def joined_gguf(parts: list[Path], sha256: str, name: str) -> Path:
+    """The single part, or the parts joined into `<cache>/gguf/` once: hash-checked, written to a temporary
+    file and renamed into place, so that an interrupted or damaged join is never used."""
+    if len(parts) == 1:
+        return parts[0]
+    done = cache_root() / "gguf" / f"{name}-{sha256[:16]}.gguf"
+    if done.is_file():
+        return done
+    done.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=done.parent, prefix=".joining-") as work:
+        joined = Path(work) / done.name
+        with open(joined, "wb") as out:
+            verified_sha256(parts, sha256, name, into=out)
+        joined.replace(done)
+    return done
+
+
+def gguf_file(spec: str) -> Path | None:
+    """The GGUF file `--model` names or ships as (an embedded model's parts joined once into the cache);
+    None for a model folder or a hub id."""
+    if spec in EMBEDDED:
+        embedded = EMBEDDED[spec]
+        return joined_gguf(embedded.gguf_parts(), embedded.sha256, spec)
+    path = Path(spec).expanduser()
+    return path if path.suffix == ".gguf" and path.is_file() else None
+
+
 def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
 
-def packed_path(where: Path | str, weights: str) -> Path:
+def packed_path(where: Path | str, weights: str, gguf: bool = False) -> Path:
     """Where `where`'s int8/int4 tensors are cached: named by the folder and stamped with its weight
-    files' path, size and time, so two folders of the same name never share them."""
+    files' path, size and time, so two folders of the same name never share them, and with whether
+    a GGUF's blocks were carried over (`gguf_blocks`)."""
     files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
     stamp = hashlib.sha256(repr([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-                                + [str(where)]).encode()).hexdigest()[:16]
+                                + [str(where)] + (["gguf"] if gguf else [])).encode()).hexdigest()[:16]
     name = Path(str(where)).name if isinstance(where, Path) else str(where).replace("/", "--")
     return cache_root() / "packed" / f"{name}-{stamp}-{weights}-torch{torch.__version__}.safetensors"
 
@@ -290,7 +318,9 @@ def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, devic
     if target.type == "cpu" and chosen in weights_module.COMPACT:
         if model.config.model_type in weights_module.FAMILIES:
             log.info("packing %s's linear layers as %s", name, chosen)
-            weights_module.pack_cached(model, chosen, packed_path(where, chosen))
+            # int4 carries a 4-bit GGUF's blocks over; the GGUF is only opened when the cache misses.
+            gguf = (lambda: gguf_file(spec)) if chosen == "int4" and (spec in EMBEDDED or spec.endswith(".gguf")) else None
+            weights_module.pack_cached(model, chosen, packed_path(where, chosen, gguf is not None), gguf)
         else:
             log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",
                         name, model.config.model_type, chosen)

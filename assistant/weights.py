@@ -31,6 +31,7 @@ does; the sizes are probed once when the model is packed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import time
@@ -43,7 +44,7 @@ import safetensors.torch
 from safetensors import SafetensorError
 from torch import nn
 
-from . import atomic
+from . import atomic, gguf_blocks
 
 FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
 CHOICES = ("auto",) + FORMATS
@@ -52,6 +53,8 @@ COMPACT = ("float16", "int8", "int4")  # formats that replace the linear layers 
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
 PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
+
+log = logging.getLogger("assistant")
 
 
 class WeightsError(ValueError):
@@ -142,8 +145,32 @@ class Int4Linear(QuantizedLinear):
         low, high = groups.amin(-1), groups.amax(-1)
         scale = ((high - low) / 15).clamp(min=1e-12)
         q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(out, features)
-        return {"packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1),
-                "scales": torch.stack([scale, low + 8 * scale], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
+        return Int4Linear.from_codes(q, scale, low + 8 * scale)
+
+    @staticmethod
+    def from_codes(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The stored tensors of w = (codes - 8) * scale + offset: codes [out, in] in 0..15, scale and
+        offset [out, in / 32]."""
+        return {"packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1),
+                "scales": torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
+
+    @staticmethod
+    def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The stored tensors of a linear layer from a GGUF's own 4-bit blocks (`gguf_blocks`), or None
+        where the GGUF holds it in another form, or where they do not give back `weight`, which was
+        dequantized from them (so a mapping mistake can only cost the carry-over, never the model)."""
+        tensor = gguf_blocks.gguf_name(name)
+        codes = gguf_blocks.int4_codes(*blocks[tensor]) if tensor in blocks else None
+        if codes is None or codes[0].shape != weight.shape:
+            return None
+        if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
+            heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
+            codes = tuple(gguf_blocks.unpermute_rows(t, heads) for t in codes)
+        tensors = Int4Linear.from_codes(*codes)
+        scale, offset = (codes[i].to(torch.bfloat16).float() for i in (1, 2))
+        groups = (codes[0] - 8).reshape(*scale.shape, INT4_GROUP) * scale[..., None] + offset[..., None]
+        close = (groups.reshape(weight.shape) - weight).abs().amax() <= 0.01 * weight.abs().amax()
+        return tensors if close else None
 
     def product(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales)
@@ -174,25 +201,33 @@ def consistent_sizes(in_features: int) -> list[int]:
     return [0] + [next(g for g in good if g >= m) for m in range(1, PROBED_ROWS)]
 
 
-def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None,
+         gguf: Path | None = None) -> dict[str, torch.Tensor]:
     """Replace the linear layers of a float32 `model` by `weights` ones, in place.
 
     int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
-    quantize; returns the tensors to store (none for float16, whose packed form lives in fbgemm).
-    Layers are packed on as many threads as torch uses: the kernels' packing releases the GIL.
+    int4 carries over the 4-bit blocks of `gguf` (the file the model was converted from) where it
+    has them, and the rest is quantized; returns the tensors to store (none for float16, whose
+    packed form lives in fbgemm). Layers are packed on as many threads as torch uses: the
+    kernels' packing releases the GIL.
     """
     names = [name for name in linears(model) if fits(weights, model.get_submodule(name))]
     widths = {model.get_submodule(name).in_features for name in names}
     pads = {width: consistent_sizes(width) for width in widths} if weights == "float16" else {}
     kind = QUANTIZED.get(weights)
+    blocks = gguf_blocks.blocks(gguf) if weights == "int4" and stored is None and gguf is not None else {}
+    carried: list[str] = []
 
     def compact(name: str) -> tuple[str, nn.Module, dict[str, torch.Tensor]]:
         linear = model.get_submodule(name)
         if weights == "float16":
             return name, Float16Linear(linear, pads[linear.in_features]), {}
         bias = None if linear.bias is None else linear.bias.detach().float()
-        tensors = ({key: stored[f"{name}.{key}"] for key in kind.KEYS} if stored is not None
-                   else kind.quantize(linear.weight.detach().float()))
+        weight = linear.weight.detach().float()
+        tensors = stored and {key: stored[f"{name}.{key}"] for key in kind.KEYS}
+        if not tensors and blocks and (tensors := Int4Linear.carried(name, weight, blocks, model.config)):
+            carried.append(name)
+        tensors = tensors or kind.quantize(weight)
         return name, kind(tensors, bias, linear.in_features), {f"{name}.{key}": t for key, t in tensors.items()}
 
     to_store: dict[str, torch.Tensor] = {}
@@ -201,6 +236,9 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
             parent, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, module)
             to_store.update(tensors)
+    if blocks:
+        log.info("int4: %d of %d layers carried over from the GGUF's 4-bit blocks, the rest quantized",
+                 len(carried), len(names))
     return to_store
 
 
@@ -271,12 +309,13 @@ def save(path: Path, data: bytes) -> None:
         pass
 
 
-def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
+def pack_cached(model: nn.Module, weights: str, path: Path, gguf=None) -> None:
     """`pack`, with int8 and int4 tensors read from `path` when a complete file for this very model
-    is there; otherwise quantized and written there atomically for the next load. A file that is
-    truncated, corrupt or for other shapes is never used: it is quantized again and replaced."""
+    is there; otherwise quantized (int4 from the GGUF that `gguf()` returns, where given) and
+    written there atomically for the next load. A file that is truncated, corrupt or for other
+    shapes is never used: it is quantized again and replaced."""
     stored = read_stored(model, weights, path) if weights in QUANTIZED else None
-    to_store = pack(model, weights, stored)
+    to_store = pack(model, weights, stored, gguf() if stored is None and gguf is not None else None)
     if stored is None and to_store:
         save(path, safetensors.torch.save(to_store))
 

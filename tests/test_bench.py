@@ -159,11 +159,11 @@ def test_split_gguf_is_joined_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))
     content = b"GGUF" + bytes(range(256)) * 40
     parts = split_parts(tmp_path, content, 3)
-    joined = bench.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m")
+    joined = models.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m")
     assert joined.parent == tmp_path / "cache" / "gguf" and joined.read_bytes() == content
     for part in parts:
         part.unlink()
-    assert bench.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m") == joined  # not joined again
+    assert models.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m") == joined  # not joined again
     assert [p.name for p in joined.parent.iterdir()] == [joined.name]  # no temporary file left
 
 
@@ -172,13 +172,13 @@ def test_a_damaged_split_gguf_is_refused_and_leaves_nothing(tmp_path, monkeypatc
     content = b"GGUF" + bytes(range(256)) * 40
     parts = split_parts(tmp_path, content, 3)
     with pytest.raises(models.ModelError, match="do not match their published sha256"):
-        bench.joined_gguf(parts, hashlib.sha256(content + b"!").hexdigest(), "m")
+        models.joined_gguf(parts, hashlib.sha256(content + b"!").hexdigest(), "m")
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []
 
 
 def test_a_single_part_gguf_is_read_where_it_is(tmp_path):
     (tmp_path / "w.gguf").write_bytes(b"GGUF")
-    assert bench.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m") == tmp_path / "w.gguf"
+    assert models.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m") == tmp_path / "w.gguf"
     assert bench.llama_gguf(str(tmp_path / "w.gguf")) == tmp_path / "w.gguf"
 
 
