@@ -1,5 +1,6 @@
 """Plain-text geometry for the language server: LSP positions and string offsets, and how offsets
-move when a document changes under a rewrite.
+move when a document changes under a rewrite; and ranges to and from JSON, through lsprotocol's
+converter, whose positions are whole numbers or an error.
 
 LSP positions count code units of the negotiated position encoding (UTF-8, UTF-16 or UTF-32;
 pygls's PositionCodec counts them) and lines end at "\\n", "\\r\\n" or "\\r"; Python strings count
@@ -13,12 +14,56 @@ import re
 from bisect import bisect_right
 from functools import lru_cache
 
+import cattrs
 from diff_match_patch import diff_match_patch
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.protocol import default_converter
 from pygls.workspace import PositionCodec
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 UTF16 = types.PositionEncodingKind.Utf16
+
+
+def parse_position(value) -> types.Position:
+    numbers = [value["line"], value["character"]]
+    for name, number in zip(("line", "character"), numbers):
+        if type(number) is not int or not 0 <= number < 2**31:
+            raise JsonRpcInvalidParams(f"position {name} must be a whole number from 0 to 2**31-1, not {number!r}")
+    return types.Position(*numbers)
+
+
+def converter() -> cattrs.Converter:
+    """pygls' converter (lsprotocol's, plus JSON-RPC messages), except that positions are whole numbers
+    from 0 to 2**31 - 1: cattrs would turn 1.5 into 1 and "3" into 3."""
+    converter = default_converter()
+    converter.register_structure_hook(types.Position, lambda value, _: parse_position(value))
+    return converter
+
+
+CONVERTER = converter()
+
+
+def innermost(error: BaseException | None) -> BaseException | None:
+    """The first problem inside cattrs' nested groups of them."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def parse_range(value) -> types.Range:
+    """An LSP range from a command argument: whole numbers from 0 to 2**31 - 1, nothing else."""
+    try:
+        return CONVERTER.structure(value, types.Range)
+    except Exception as error:
+        if isinstance(problem := innermost(error), JsonRpcInvalidParams):
+            raise problem from error
+        raise JsonRpcInvalidParams(f"not an LSP range (start and end, each with line and character): "
+                                   f"{value!r}") from error
+
+
+def to_json(range_: types.Range) -> dict:
+    return CONVERTER.unstructure(range_)
 
 
 class Conflict(Exception):

@@ -104,8 +104,9 @@ class Rewrite:
         outputs = ranges.lines(self.known, self.encoding).positions([o for a, b, *_ in self.spans for o in (a, b)])
         sources = ranges.lines(self.original, self.encoding).positions([o for *_, c, d in self.spans for o in (c, d)])
         return {"uri": self.uri, "version": version,
-                "spans": [{"output": lsp_range(outputs[2 * i], outputs[2 * i + 1]),
-                           "source": lsp_range(sources[2 * i], sources[2 * i + 1])} for i in range(len(self.spans))]}
+                "spans": [{"output": ranges.to_json(types.Range(outputs[2 * i], outputs[2 * i + 1])),
+                           "source": ranges.to_json(types.Range(sources[2 * i], sources[2 * i + 1]))}
+                          for i in range(len(self.spans))]}
 
     def range_at(self, start: int, end: int) -> types.Range:
         """A range of the current text, in the client's position encoding."""
@@ -119,7 +120,3 @@ class Rewrite:
         snippet = self.original[span[2]:span[3]]
         return f"copied from {lines} of the original\n\n```\n{snippet}\n```"
 
-
-def lsp_range(start: types.Position, end: types.Position) -> dict:
-    return {"start": {"line": start.line, "character": start.character},
-            "end": {"line": end.line, "character": end.character}}

@@ -14,7 +14,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 
-from lsp.ranges import offsets_of, position_at, range_at
+from lsp.ranges import offsets_of, position_at, range_at, to_json
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -114,9 +114,7 @@ def open_buffer(client: LanguageClient, name: str, text: str = CODE) -> str:
 
 
 def lsp_range(text: str, start: int, end: int, encoding: str = "utf-16") -> dict:
-    found = range_at(text, start, end, encoding)
-    return {"start": {"line": found.start.line, "character": found.start.character},
-            "end": {"line": found.end.line, "character": found.end.character}}
+    return to_json(range_at(text, start, end, encoding))
 
 
 async def command(client: LanguageClient, name: str, *arguments):

@@ -1,5 +1,9 @@
 """The web playground: a FastAPI app that streams rewrites over a websocket and serves a static page.
 
+Laid out as FastAPI's documentation lays out an app: plain endpoint functions on a router, the model
+reached through a dependency (`model`, which a test swaps with `app.dependency_overrides`) and loaded
+by the lifespan on a thread of its own (`assistant.aio`, shared with the language server).
+
     assistant web --port 8000      # then open http://127.0.0.1:8000/
 """
 
@@ -10,19 +14,21 @@ import asyncio
 import ipaddress
 import json
 import threading
-from contextlib import asynccontextmanager, closing
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from assistant import STRATEGIES, Delta, Queued, Result, RewriteError
+from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, aio
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOCUMENT_CHARS = 200_000
@@ -34,6 +40,7 @@ MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread)
 MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
+STILL_LOADING = "the model is still loading; try again in a moment"
 
 
 # ---------------------------------------------------------------- request and response models
@@ -178,34 +185,6 @@ def sample_documents() -> list[Sample]:
     return samples
 
 
-class ModelHolder:
-    """Loads the assistant once, in a background thread, so the server answers at once."""
-
-    def __init__(self, factory: Callable[[], Any], name: str):
-        self.factory, self.name = factory, name
-        self.assistant = None
-        self.error: str | None = None
-        self.ready = threading.Event()
-
-    def load(self) -> None:
-        try:
-            self.assistant = self.factory()
-        except Exception as error:  # ModelError and friends: /healthz reports it
-            self.error = f"{type(error).__name__}: {error}"
-        finally:
-            self.ready.set()
-
-    def require(self):
-        if self.assistant is None:
-            raise HTTPException(503, self.error or "the model is still loading; try again in a moment")
-        return self.assistant
-
-
-def start_rewrite(assistant, request: RewriteRequest, cancel: threading.Event | None):
-    return assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
-                             temperature=request.temperature, max_new_tokens=request.max_new_tokens, cancel=cancel)
-
-
 def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
     """Why an answer did not end by itself, and what would let it finish; None when it did."""
     if result.stopped in COMPLETE:
@@ -256,25 +235,20 @@ def parse_message(raw: str) -> dict | str:
     return message if isinstance(message, dict) else "a message must be a JSON object"
 
 
-def pump(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, assistant, request: RewriteRequest,
-         cancel: threading.Event, done: Callable[[], None]) -> None:
-    """Runs in a worker thread: drives the engine and hands every event to the event loop."""
-    def put(item) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the event loop has closed (server shutdown): nobody is listening
-            cancel.set()
+def validation_detail(error: RequestValidationError) -> list[dict]:
+    """FastAPI's 422 detail without the `input` it echoes, which may be the whole (large) body."""
+    def message(item: dict) -> str:
+        cause = item.get("ctx", {}).get("error")
+        return f"{item['msg']}: {cause}" if isinstance(cause, str) else item["msg"]
 
-    try:
-        with closing(start_rewrite(assistant, request, cancel)) as events:
-            for event in events:
-                put(event)
-    except Exception as error:
-        put(error)
-    finally:
-        done()
-        put(None)
+    return [{"loc": list(item["loc"]), "msg": message(item), "type": item["type"]} for item in error.errors()]
 
+
+async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    return JSONResponse({"detail": validation_detail(error)}, status_code=422)
+
+
+# ---------------------------------------------------------------- running rewrites
 
 class Busy(Exception):
     """Too many rewrites are already waiting; the client should try again later."""
@@ -288,15 +262,20 @@ class Generations:
         self.slots = threading.BoundedSemaphore(limit)
         self.limit = limit
 
-    async def events(self, assistant, request: RewriteRequest, cancel: threading.Event):
-        """Yield the engine's events (an exception it raised comes as an event); raises Busy when full."""
+    def events(self, assistant, request: RewriteRequest, cancel: threading.Event) -> AsyncIterator:
+        """The engine's events, on the event loop (an exception it raised comes as an event); raises Busy when full."""
         if not self.slots.acquire(blocking=False):
             raise Busy(f"the server is busy: {self.limit} rewrites are already running or waiting; try again later")
-        queue: asyncio.Queue = asyncio.Queue()
-        threading.Thread(target=pump, args=(asyncio.get_running_loop(), queue, assistant, request, cancel,
-                                            self.slots.release), name="rewrite", daemon=True).start()
-        while (event := await queue.get()) is not None:
-            yield event
+        return aio.events(self.run(assistant, request, cancel), cancel)
+
+    def run(self, assistant, request: RewriteRequest, cancel: threading.Event):
+        """The rewrite, started and run on the events' thread; its slot is free once the engine lets go."""
+        try:
+            yield from assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
+                                         temperature=request.temperature, max_new_tokens=request.max_new_tokens,
+                                         cancel=cancel)
+        finally:
+            self.slots.release()
 
 
 async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
@@ -306,140 +285,185 @@ async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> Non
     cancel.set()
 
 
-def validation_detail(error: RequestValidationError) -> list[dict]:
-    """FastAPI's 422 detail without the `input` it echoes, which may be the whole (large) body."""
-    def message(item: dict) -> str:
-        cause = item.get("ctx", {}).get("error")
-        return f"{item['msg']}: {cause}" if isinstance(cause, str) else item["msg"]
+# ---------------------------------------------------------------- the websocket's side
 
-    return [{"loc": list(item["loc"]), "msg": message(item), "type": item["type"]} for item in error.errors()]
+async def send_error(websocket: WebSocket, message: str) -> None:
+    await websocket.send_json({"type": "error", "message": message})
+
+
+async def json_messages(websocket: WebSocket) -> AsyncIterator[dict]:
+    """The connection's messages as JSON objects, until it closes; any other frame gets an error answer."""
+    while (frame := await websocket.receive())["type"] != "websocket.disconnect":
+        if frame.get("text") is None:
+            message = "binary frames are not accepted: send the request as JSON text"
+        else:
+            message = parse_message(frame["text"])
+        if isinstance(message, str):
+            await send_error(websocket, message)
+        else:
+            yield message
+
+
+def rewrite_request(message: dict, busy: bool, model: aio.Loader) -> RewriteRequest | str:
+    """The rewrite a websocket message asks for, or the error message that answers it."""
+    kind = message.pop("type", "rewrite")
+    if kind != "rewrite":
+        return f"unknown message type {kind!r}: send a rewrite request or {{\"type\": \"cancel\"}}"
+    if busy:
+        return "a rewrite is already running on this connection; wait for it or cancel it"
+    try:
+        request = RewriteRequest.model_validate(message)
+    except ValidationError as error:
+        return validation_message(error)
+    if model.loaded() is None:
+        return load_error(model) or STILL_LOADING
+    return request
+
+
+async def stream(websocket: WebSocket, generations: Generations, assistant, request: RewriteRequest,
+                 cancel: threading.Event) -> None:
+    """Send one rewrite's events as they come."""
+    strategy = request.strategy or assistant.strategy
+    try:
+        async for event in generations.events(assistant, request, cancel):
+            if isinstance(event, Result):
+                messages = [done_message(event, request, strategy)]
+            elif isinstance(event, BaseException):
+                messages = [{"type": "error", "message": failure_message(event)}]
+            else:
+                messages = event_messages(event)
+            for message in messages:
+                await websocket.send_json(message)
+            if messages and messages[-1]["type"] in ("done", "error"):
+                return  # the socket is free for its next request while the engine tidies up
+    except Busy as error:
+        await send_error(websocket, str(error))
+    except (WebSocketDisconnect, RuntimeError):  # the client went away: stop generating
+        cancel.set()
+
+
+# ---------------------------------------------------------------- dependencies
+# async, though they never wait: FastAPI runs a plain `def` dependency on a pool thread per request.
+
+async def model(connection: HTTPConnection) -> aio.Loader:
+    """The app's model, loading since the app started; a test may swap it (`app.dependency_overrides`)."""
+    return connection.app.state.model
+
+
+async def runs(connection: HTTPConnection) -> Generations:
+    return connection.app.state.generations
+
+
+def load_error(model: aio.Loader) -> str | None:
+    """Why the model failed to load; None while it loads or once it has."""
+    error = model.exception() if model.done() else None
+    return None if error is None else f"{type(error).__name__}: {error}"
+
+
+Model = Annotated[aio.Loader, Depends(model)]
+Runs = Annotated[Generations, Depends(runs)]
+
+
+async def loaded_assistant(model: Model) -> Assistant:
+    """The loaded assistant; 503 while it loads or when it failed to load."""
+    if (assistant := model.loaded()) is None:
+        raise HTTPException(503, load_error(model) or STILL_LOADING)
+    return assistant
+
+
+LoadedAssistant = Annotated[Assistant, Depends(loaded_assistant)]
+
+
+# ---------------------------------------------------------------- endpoints
+
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html")
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(request: Request, model: Model) -> Health:
+    """Whether the model has loaded (or why it could not). Runs on the event loop, never waiting for a thread."""
+    assistant = model.loaded()
+    return Health(model_loaded=assistant is not None, model=request.app.state.model_name, error=load_error(model),
+                  strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None))
+
+
+@router.get("/api/samples", response_model=list[Sample])
+def samples() -> list[Sample]:
+    """A few documents to try, with an instruction each."""
+    return sample_documents()
+
+
+@router.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 403: {}, 413: {}, 500: {}, 503: {}})
+async def rewrite(body: RewriteRequest, request: Request, assistant: LoadedAssistant, generations: Runs) -> dict:
+    """Run a rewrite to the end and return the result (the websocket streams the same thing).
+    A client that disconnects cancels its rewrite."""
+    cancel = threading.Event()
+    watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
+    try:
+        async for event in generations.events(assistant, body, cancel):
+            if isinstance(event, BaseException):
+                raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
+            if isinstance(event, Result):
+                return done_message(event, body, body.strategy or assistant.strategy)
+    except Busy as error:
+        raise HTTPException(503, str(error))
+    finally:
+        cancel.set()
+        watcher.cancel()
+    raise HTTPException(500, "the engine ended without a result")
+
+
+@router.websocket("/ws/rewrite")
+async def rewrite_socket(websocket: WebSocket, model: Model, generations: Runs) -> None:
+    """Rewrites streamed as they run, one at a time per connection; `{"type": "cancel"}` stops the running one,
+    and so does a disconnect."""
+    await websocket.accept()
+    running: asyncio.Task | None = None
+    cancel = threading.Event()
+    try:
+        async for message in json_messages(websocket):
+            busy = running is not None and not running.done()
+            if message.get("type") == "cancel":
+                if busy:
+                    cancel.set()
+            elif isinstance(request := rewrite_request(message, busy, model), str):
+                await send_error(websocket, request)
+            else:
+                cancel = threading.Event()
+                running = asyncio.create_task(stream(websocket, generations, model.result(), request, cancel))
+    except WebSocketDisconnect:
+        pass
+    finally:
+        cancel.set()
+        if running is not None:
+            await running
 
 
 # ---------------------------------------------------------------- the app
 
-def create_app(assistant_factory: Callable[[], Any], model_name: str = "",
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """The model loads while the server answers; /healthz says when it is ready."""
+    app.state.model.load(app.state.assistant_factory)
+    yield
+
+
+def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
                max_generations: int = MAX_GENERATIONS) -> FastAPI:
     """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread)."""
-    holder = ModelHolder(assistant_factory, model_name)
-    generations = Generations(max_generations)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        threading.Thread(target=holder.load, name="model-load", daemon=True).start()
-        yield
-
     app = FastAPI(title="Editor assistant playground", version="0.1.0", lifespan=lifespan,
                   description="Instruction-driven rewrites with PLD+ decoding and copy attribution.",
                   max_body_size=MAX_BODY_BYTES)
-    app.state.holder = holder
+    app.state.assistant_factory, app.state.model_name = assistant_factory, model_name
+    app.state.model, app.state.generations = aio.Loader(), Generations(max_generations)
     app.add_middleware(GuardHostAndOrigin)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_detail(error)}, status_code=422)
-
-    @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
-
-    @app.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
-        """Whether the model has loaded (or why it could not). Runs on the event loop, never waiting for a thread."""
-        assistant = holder.assistant
-        return Health(model_loaded=assistant is not None, model=holder.name, error=holder.error,
-                      strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None))
-
-    @app.get("/api/samples", response_model=list[Sample])
-    def samples() -> list[Sample]:
-        """A few documents to try, with an instruction each."""
-        return sample_documents()
-
-    @app.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 403: {}, 413: {}, 500: {}, 503: {}})
-    async def rewrite(body: RewriteRequest, request: Request) -> dict:
-        """Run a rewrite to the end and return the result (the websocket streams the same thing).
-        A client that disconnects cancels its rewrite."""
-        assistant = holder.require()
-        cancel = threading.Event()
-        watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
-        try:
-            async for event in generations.events(assistant, body, cancel):
-                if isinstance(event, Exception):
-                    raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
-                if isinstance(event, Result):
-                    return done_message(event, body, body.strategy or assistant.strategy)
-        except Busy as error:
-            raise HTTPException(503, str(error))
-        finally:
-            cancel.set()
-            watcher.cancel()
-        raise HTTPException(500, "the engine ended without a result")
-
-    @app.websocket("/ws/rewrite")
-    async def rewrite_socket(websocket: WebSocket) -> None:
-        await websocket.accept()
-        running: asyncio.Task | None = None
-        cancel = threading.Event()
-
-        async def send_error(message: str) -> None:
-            await websocket.send_json({"type": "error", "message": message})
-
-        async def stream(request: RewriteRequest, cancel: threading.Event, assistant) -> None:
-            strategy = request.strategy or assistant.strategy
-            try:
-                async for event in generations.events(assistant, request, cancel):
-                    if isinstance(event, Result):
-                        messages = [done_message(event, request, strategy)]
-                    elif isinstance(event, Exception):
-                        messages = [{"type": "error", "message": failure_message(event)}]
-                    else:
-                        messages = event_messages(event)
-                    for message in messages:
-                        await websocket.send_json(message)
-                    if messages and messages[-1]["type"] in ("done", "error"):
-                        return  # the socket is free for its next request while the engine tidies up
-            except Busy as error:
-                await send_error(str(error))
-            except (WebSocketDisconnect, RuntimeError):  # the client went away: stop generating
-                cancel.set()
-
-        try:
-            while (frame := await websocket.receive())["type"] != "websocket.disconnect":
-                if frame.get("text") is None:
-                    await send_error("binary frames are not accepted: send the request as JSON text")
-                    continue
-                message = parse_message(frame["text"])
-                if isinstance(message, str):
-                    await send_error(message)
-                    continue
-                kind = message.pop("type", "rewrite")
-                is_running = running is not None and not running.done()
-                if kind == "cancel":
-                    if is_running:
-                        cancel.set()
-                    continue
-                if kind != "rewrite":
-                    await send_error(f"unknown message type {kind!r}: send a rewrite request or {{\"type\": \"cancel\"}}")
-                    continue
-                if is_running:
-                    await send_error("a rewrite is already running on this connection; wait for it or cancel it")
-                    continue
-                try:
-                    request = RewriteRequest.model_validate(message)
-                except ValidationError as error:
-                    await send_error(validation_message(error))
-                    continue
-                if holder.assistant is None:
-                    await send_error(holder.error or "the model is still loading; try again in a moment")
-                    continue
-                cancel = threading.Event()
-                running = asyncio.create_task(stream(request, cancel, holder.assistant))
-        except WebSocketDisconnect:
-            pass
-        finally:
-            cancel.set()  # a disconnect cancels the generation
-            if running is not None:
-                await running
-
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
@@ -467,8 +491,6 @@ def server_config(app: FastAPI, host: str, port: int, **options):
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
-
-    from assistant import Assistant
 
     def factory():
         return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
