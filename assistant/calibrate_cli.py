@@ -16,7 +16,7 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from . import calibration, data
+    from . import calibration, data, tuning
     from .engine import Assistant, RewriteError
     from .models import ModelError
 
@@ -38,7 +38,7 @@ def run(args) -> int:
         outputs.append(assistant.loaded.tokenizer(result.text, add_special_tokens=False)["input_ids"])
         print(f"[{number}/{len(records)}] {record.id}: {result.stats.new_tokens} tokens", file=sys.stderr)
     settings, speeds = calibration.calibrate(assistant.loaded, prompts, outputs, assistant.measured_costs())
-    path = calibration.save(assistant.loaded, settings)
+    path = tuning.save(assistant.loaded, settings)
     replayed = ", ".join(f"{most}: {speed:.2f}" for most, speed in speeds.items())
     print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; draft ceiling {settings.draft_tokens} "
           f"(tokens per one-token forward, replayed with n-gram drafts, by ceiling: {replayed}); saved to {path}")
