@@ -16,7 +16,8 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from . import calibration, data, tuning
+    from . import tuning
+    from .tools import calibration, data
     from .engine import Assistant, RewriteError
     from .models import ModelError
 

@@ -37,7 +37,8 @@ def interrupt_on_sigterm() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import bench, calibrate_cli, rewrite_cli
+    from . import calibrate_cli, rewrite_cli
+    from .tools import bench
 
     parser = argparse.ArgumentParser(prog="assistant", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

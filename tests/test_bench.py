@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from assistant import bench, cli, data, engine, models
-from assistant.attribution_quality import Quality, alignment, quality
+from assistant import cli, engine, models
 from assistant.output import Span
+from assistant.tools import bench, data
+from assistant.tools.attribution_quality import Quality, alignment, quality
 
 
 @pytest.fixture
@@ -199,7 +200,7 @@ def test_a_built_wheel_carries_the_bench_data(tmp_path):
     subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
     [wheel] = tmp_path.glob("*.whl")
     listed = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"assistant/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
+    shipped = {f"assistant/tools/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
     assert shipped and shipped <= listed
 
 

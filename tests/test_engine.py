@@ -11,11 +11,12 @@ import time
 import pytest
 import torch
 
-from assistant import data, models, tuning
+from assistant import models, tuning
 from assistant.decoding import decode
 from assistant.drafters import HiddenDraft, NoDraft
 from assistant.engine import Delta, Queued, Result, RewriteError, result_of
 from assistant.prompts import edit_prompt
+from assistant.tools import data
 
 # 2 x 15 shortest benchmark documents, 32 new tokens each, 3 strategies. On a loaded 2-core machine that
 # takes minutes; ASSISTANT_TEST_PROMPTS / ASSISTANT_TEST_TOKENS shrink it for a quick run.

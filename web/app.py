@@ -168,7 +168,7 @@ def sample_documents() -> list[Sample]:
                         "the numbers for March are on page two.\n\nBest,\nAlex\n"),
     ]
     try:
-        from assistant import data
+        from assistant.tools import data
         for task in ("code-edit", "text-edit"):
             for record in data.load(task)[:2]:
                 samples.append(Sample(id=record.id, task=task, instruction=record.instruction,

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import data, models, sandbox, weights
+from .. import models, weights
+from . import data, sandbox
 
 ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a", "llama-cpp")
@@ -56,7 +57,7 @@ class BenchError(ValueError):
 
 
 def register(commands) -> None:
-    from .cli import add_model_options
+    from ..cli import add_model_options
 
     parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated: {', '.join(data.TASKS)}")
@@ -205,7 +206,7 @@ class Runner:
                               max_new_tokens=max_new_tokens)
 
     def engine(self, strategy: str, record: data.Record, max_new_tokens: int) -> Run:
-        from .engine import Delta, Result
+        from ..engine import Delta, Result
 
         per_step = []
         with closing(self.events(strategy, record, max_new_tokens)) as events:
@@ -221,7 +222,7 @@ class Runner:
     def history(self, record: data.Record) -> tuple[dict, ...]:
         """MT-Bench earlier turns with the model's own (greedy, untimed) answers, made once per record."""
         if record.id not in self.histories:
-            from .engine import result_of
+            from ..engine import result_of
 
             history: tuple[dict, ...] = ()
             for turn in record.earlier_turns:
@@ -232,7 +233,7 @@ class Runner:
         return self.histories[record.id]
 
     def prompt(self, record: data.Record):
-        from .prompts import Segment, build_prompt
+        from ..prompts import Segment, build_prompt
 
         if record.is_edit:
             return self.assistant.prompt(record.document, record.instruction)
@@ -242,7 +243,7 @@ class Runner:
     def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
         """What the engine would show for these tokens and how many of them it would count (closing
         fence, EOS and final newline handling included), so that an external generator compares exactly."""
-        from .output import OutputText, missing_final_newline
+        from ..output import OutputText, missing_final_newline
 
         eos = self.assistant.loaded.eos
         ended = next((i for i, t in enumerate(tokens) if t in eos), None)
@@ -273,7 +274,7 @@ class Runner:
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         """llama.cpp's greedy decoding of the engine's prompt ids, stopped where the engine would stop."""
-        from .output import OutputText
+        from ..output import OutputText
 
         prompt, eos = self.prompt(record), self.assistant.loaded.eos
         output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
@@ -377,8 +378,8 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
 def prefix_reuse(runner: Runner, record: data.Record) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
     after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
-    from .engine import PREFIX_CACHE_MB
-    from .prefix_cache import PrefixCache
+    from ..engine import PREFIX_CACHE_MB
+    from ..prefix_cache import PrefixCache
 
     assistant = runner.assistant
     assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
@@ -603,9 +604,9 @@ def run(args) -> int:
         return 2
     from transformers.utils import logging as hf_logging
 
-    from .cli import interrupt_on_sigterm
-    from .engine import Assistant, RewriteError
-    from .models import ModelError
+    from ..cli import interrupt_on_sigterm
+    from ..engine import Assistant, RewriteError
+    from ..models import ModelError
 
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
     interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured

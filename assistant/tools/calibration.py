@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from . import models
-from .draft_length import AdaptiveDraftLength
-from .drafters import Context, NgramDraft, head_attention
-from .prefix_cache import common_prefix
-from .tuning import Tuned, tuned
+from .. import models
+from ..draft_length import AdaptiveDraftLength
+from ..drafters import Context, NgramDraft, head_attention
+from ..prefix_cache import common_prefix
+from ..tuning import Tuned, tuned
 
 DRAFT_CEILINGS = (8, 12, 16, 24, 32)  # 32: the largest forward the cost curve measures
 
