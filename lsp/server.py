@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import logging
 import os
 import re
 import sys
@@ -663,25 +662,3 @@ def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
     spans = job.spans_at(offset)
     return (job, spans[0]) if spans else None
 
-
-def register(commands) -> None:
-    from assistant.cli import add_model_options
-
-    parser = commands.add_parser("lsp", help="run the language server (stdio, or --tcp HOST:PORT)")
-    add_model_options(parser)
-    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP socket instead of stdio")
-    parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
-                        help="how long the editor has to answer an edit or a progress request (default %(default)s)")
-    parser.set_defaults(run=run)
-
-
-def run(args) -> int:
-    logging.basicConfig(level=logging.WARNING)
-    server.request_timeout = args.request_timeout
-    server.load(args)
-    if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
-    else:
-        server.start_io()
-    return 0

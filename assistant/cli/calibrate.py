@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from .. import tuning
+from ..engine import Assistant, RewriteError
+from ..models import ModelError
+from ..tools import calibration, data
+from .options import add_model_options
+
 
 def register(commands) -> None:
-    from .cli import add_model_options
-
     parser = commands.add_parser("calibrate", help="find induction heads and the PLD+(h) layer for a model")
     parser.add_argument("--records", type=int, default=12, help="calibration records per edit task")
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -16,11 +20,6 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from . import tuning
-    from .tools import calibration, data
-    from .engine import Assistant, RewriteError
-    from .models import ModelError
-
     try:
         assistant = Assistant(args.model, strategy="pld", weights=args.weights, device=args.device)
     except ModelError as error:
