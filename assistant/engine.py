@@ -27,7 +27,7 @@ from typing import Iterator, Union
 
 import numpy as np
 
-from . import calibration, draft_length, models
+from . import draft_length, models, tuning
 from . import weights as weights_module
 from .draft_length import AdaptiveDraftLength
 from .decoding import Sampling, decode, warm
@@ -160,7 +160,7 @@ class Assistant:
         self.strategy = check_strategy(strategy)
         self.model = model
         self.loaded = models.load(model, weights, device)
-        self.tuned = calibration.tuned(self.loaded)
+        self.tuned = tuning.tuned(self.loaded)
         self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self._queue = TurnQueue()
         self.forward_costs = draft_length.cached_costs(self.loaded)  # measured once per machine, then read

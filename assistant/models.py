@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from . import atomic, attention
 from . import weights as weights_module
@@ -208,8 +210,6 @@ def convert_locked(parts: list[Path], sha256: str | None, name: str, models: Pat
         if intact(done):  # converted by another process while this one waited for the lock
             return done, actual
         shutil.rmtree(done, ignore_errors=True)  # a damaged folder: converted again below
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -294,9 +294,6 @@ def packed_path(where: Path | str, weights: str, gguf: bool = False) -> Path:
 
 def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, device: str = "auto") -> LoadedModel:
     """Load a model with its linear layers in the `weights` format (see `weights`)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
     target = pick_device(device)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import sys
 import threading
@@ -277,26 +276,3 @@ def code_actions(uri: str, range_: types.Range) -> list[types.CodeAction]:
     actions += [action(f"Assistant: {name} (document)", "assistant.rewriteDocument", [uri, name])
                 for name in INSTRUCTIONS]
     return actions
-
-
-def register(commands) -> None:
-    from assistant.cli import add_model_options
-
-    parser = commands.add_parser("lsp", help="run the language server (stdio, or --tcp HOST:PORT)")
-    add_model_options(parser)
-    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP socket instead of stdio")
-    parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
-                        help="how long the editor has to answer an edit or a progress request (default %(default)s)")
-    parser.set_defaults(run=run)
-
-
-def run(args) -> int:
-    logging.basicConfig(level=logging.WARNING)
-    server.request_timeout = args.request_timeout
-    server.load(args)
-    if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
-    else:
-        server.start_io()
-    return 0

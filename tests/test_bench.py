@@ -14,10 +14,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
+from rich.console import Console
 
-from assistant import bench, cli, data, engine, models
-from assistant.attribution_quality import Quality, alignment, quality
+from assistant import cli, models
+from assistant.cli import bench as bench_command
 from assistant.output import Span
+from assistant.tools import bench, data
+from assistant.tools.attribution_quality import Quality, alignment, quality
 
 
 @pytest.fixture
@@ -25,12 +29,12 @@ def no_model(monkeypatch):
     """Bad input must be refused before any model loads."""
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
-    monkeypatch.setattr(engine, "Assistant", refuse)
+    monkeypatch.setattr(bench_command, "Assistant", refuse)
 
 
 def parse(*argv: str):
     parser = argparse.ArgumentParser()
-    bench.register(parser.add_subparsers())
+    bench_command.register(parser.add_subparsers())
     return parser.parse_args(["bench", *argv])
 
 
@@ -137,8 +141,6 @@ def test_table_leaves_out_columns_nothing_measured():
 
 
 def render(table) -> str:
-    from rich.console import Console
-
     console = Console(width=400, record=True)
     console.print(table)
     return console.export_text()
@@ -199,7 +201,7 @@ def test_a_built_wheel_carries_the_bench_data(tmp_path):
     subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
     [wheel] = tmp_path.glob("*.whl")
     listed = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"assistant/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
+    shipped = {f"assistant/tools/benchdata/{p.name}" for p in data.FOLDER.iterdir() if not p.name.startswith(".")}
     assert shipped and shipped <= listed
 
 
@@ -324,8 +326,6 @@ def own_gguf_cache(tmp_path, monkeypatch):
 
 
 def check_llama_cpp_run(rows: list, summary: dict, gguf: Path) -> None:
-    import torch
-
     assert [r["strategy"] for r in rows] == ["ar", "llama-cpp", "prefix-reuse"]
     assert summary["unavailable"] == {}
     assert summary["llama_cpp"]["gguf"] == str(gguf)

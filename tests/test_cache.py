@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant import atomic, calibration, draft_length, models
+from assistant import atomic, draft_length, models, tuning
 
 from conftest import make_tiny_model
 
@@ -180,9 +180,9 @@ def test_a_damaged_forward_cost_file_is_measured_again_and_rewritten_whole(cache
 def test_damaged_tuned_settings_fall_back_to_the_defaults(cache, monkeypatch):
     loaded = tiny_loaded()
     path = cache / "tuned" / "tiny-test.json"
-    monkeypatch.setattr(calibration, "tuned_path", lambda loaded: path)
-    calibration.save(loaded, calibration.Tuned(draft_tokens=9))
-    assert calibration.tuned(loaded).draft_tokens == 9
+    monkeypatch.setattr(tuning, "tuned_path", lambda loaded: path)
+    tuning.save(loaded, tuning.Tuned(draft_tokens=9))
+    assert tuning.tuned(loaded).draft_tokens == 9
     for damage in (b"{\"draft_tokens\": 9", b"{\"unknown\": 1}", b"7"):
         path.write_bytes(damage)
-        assert calibration.tuned(loaded).draft_tokens == calibration.Tuned().draft_tokens
+        assert tuning.tuned(loaded).draft_tokens == tuning.Tuned().draft_tokens

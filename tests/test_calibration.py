@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant import calibration, models
+from assistant import models
+from assistant.tools import calibration
 
 FLAT = {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4, 32: 1.8}  # verification nearly free, as on a GPU
 STEEP = {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 16: 16.0, 32: 32.0}  # every drafted token costs a full forward

@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 
-from assistant import sandbox, weights
+from assistant import weights
+from assistant.tools import sandbox
 
 BUGGY = '''def sum_to(n):
     """Return the sum of the integers from 1 to n, both included."""

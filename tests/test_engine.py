@@ -11,11 +11,12 @@ import time
 import pytest
 import torch
 
-from assistant import calibration, data, models
+from assistant import models, tuning
 from assistant.decoding import decode
 from assistant.drafters import HiddenDraft, NoDraft
 from assistant.engine import Delta, Queued, Result, RewriteError, result_of
 from assistant.prompts import edit_prompt
+from assistant.tools import data
 
 # 2 x 15 shortest benchmark documents, 32 new tokens each, 3 strategies. On a loaded 2-core machine that
 # takes minutes; ASSISTANT_TEST_PROMPTS / ASSISTANT_TEST_TOKENS shrink it for a quick run.
@@ -231,7 +232,7 @@ def test_bfloat16_drafting_diverges_only_at_near_ties(records, record_property):
     # curve, minutes of emulated bfloat16 on CPUs without native support.
     loaded = models.load(weights="bfloat16")
     model = loaded.model
-    drafters = {"ar": NoDraft(), "pld+h": HiddenDraft(calibration.tuned(loaded).hidden_layer)}
+    drafters = {"ar": NoDraft(), "pld+h": HiddenDraft(tuning.tuned(loaded).hidden_layer)}
     chosen = records[:BF16_PROMPTS // 2] + records[PER_TASK:PER_TASK + BF16_PROMPTS // 2]
     diverged, gaps = 0, []
     for record in chosen:

@@ -6,6 +6,7 @@ short (few new tokens, tiny files) because each one loads the model afresh.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -15,6 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+
+from assistant.cli import main
+from assistant.cli import rewrite as rewrite_command
+from assistant.cli.rewrite import (COPIED, GENERATED, Refused, crlf_offsets, finish, read_source, restored, styled,
+                                    write_atomically)
+from assistant.engine import Result, Stats
+from assistant.output import Span
 
 FAST = ["--max-new-tokens", "64"]  # enough for the tiny files here to finish
 CODE = "def add(a, b):\n    return a + b\n"
@@ -95,8 +103,6 @@ def test_usage_errors_exit_2_through_the_command(code):
 def test_usage_errors(code, capsys, args, message):
     """The option checks themselves, in-process: each would cost a slow interpreter start otherwise.
     All of them are refused before the model loads."""
-    from assistant.cli import main
-
     fifo = code.parent / "fifo"
     os.mkfifo(fifo)
     places = {"{code}": str(code), "{tmp}": str(code.parent), "{fifo}": str(fifo), "{unwritable}": unwritable(code)}
@@ -117,14 +123,10 @@ def unwritable(code: Path) -> str:
 # --- safe writes, in-process ---
 
 def read(path: Path):
-    from assistant.rewrite_cli import read_source
-
     return read_source(str(path), None, None)
 
 
 def test_write_without_backup_keeps_the_mode(code):
-    from assistant.rewrite_cli import write_atomically
-
     code.chmod(0o751)
     write_atomically(code, b"new\n", read(code), backup=False)
     assert code.read_bytes() == b"new\n" and (code.stat().st_mode & 0o777) == 0o751
@@ -132,8 +134,6 @@ def test_write_without_backup_keeps_the_mode(code):
 
 
 def test_a_file_changed_on_disk_is_not_overwritten(code):
-    from assistant.rewrite_cli import Refused, write_atomically
-
     source = read(code)
     code.write_text(CODE + "# edited meanwhile\n")
     with pytest.raises(Refused, match="changed on disk"):
@@ -142,19 +142,15 @@ def test_a_file_changed_on_disk_is_not_overwritten(code):
 
 
 def test_an_interrupted_write_leaves_the_original_and_no_temporary_file(code, monkeypatch):
-    from assistant import rewrite_cli
-
     def interrupted(fd):
         raise KeyboardInterrupt
-    monkeypatch.setattr(rewrite_cli.os, "fsync", interrupted)
+    monkeypatch.setattr(rewrite_command.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        rewrite_cli.write_atomically(code, b"new\n", read(code), backup=True)
+        rewrite_command.write_atomically(code, b"new\n", read(code), backup=True)
     assert code.read_text() == CODE and leftovers(code.parent) == []
 
 
 def test_in_place_on_a_link_rewrites_its_target_and_keeps_the_link(code):
-    from assistant.rewrite_cli import write_atomically
-
     link = code.parent / "link.py"
     link.symlink_to(code.name)
     write_atomically(link, b"new\n", read(link), backup=True)
@@ -164,8 +160,6 @@ def test_in_place_on_a_link_rewrites_its_target_and_keeps_the_link(code):
 
 
 def test_a_backup_that_cannot_be_written_leaves_nothing_behind(code):
-    from assistant.rewrite_cli import Refused, write_atomically
-
     (code.parent / "code.py~").mkdir()  # a folder where the backup should go
     (code.parent / "code.py~" / "keep").write_text("x")
     with pytest.raises(Refused, match="cannot write the backup.*--no-backup"):
@@ -175,8 +169,6 @@ def test_a_backup_that_cannot_be_written_leaves_nothing_behind(code):
 
 
 def test_owner_group_and_mode_are_kept(code):
-    from assistant.rewrite_cli import write_atomically
-
     if os.geteuid() != 0:
         pytest.skip("only root can give a file to another owner")
     os.chown(code, 12345, 23456)
@@ -187,8 +179,6 @@ def test_owner_group_and_mode_are_kept(code):
 
 
 def test_an_owner_that_cannot_be_kept_is_named(code, monkeypatch):
-    from assistant.rewrite_cli import write_atomically
-
     def refused(*args):
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(os, "chown", refused)  # what a user who does not own the file meets
@@ -199,32 +189,22 @@ def test_an_owner_that_cannot_be_kept_is_named(code, monkeypatch):
 
 
 def test_utf16_files_are_read(tmp_path):
-    from assistant.rewrite_cli import read_source
-
     path = write(tmp_path / "wide.txt", "caf\u00e9 au lait\n".encode("utf-16"))
     assert read_source(str(path), "utf-16", None).text == "caf\u00e9 au lait\n"
 
 
 def test_a_file_without_line_breaks_keeps_lf(tmp_path):
-    from assistant.rewrite_cli import read_source, restored
-
     source = read_source(str(write(tmp_path / "one.txt", "x = 1")), None, None)
     assert not source.crlf
     assert restored(source, "x = 1\ny = 2\n", [])[0] == "x = 1\ny = 2"
 
 
 def unfinished(text: str, stopped: str):
-    from assistant.engine import Result, Stats
-
     return Result(text, [], Stats(4, 4, 1.0, 10, 0, 0, 0.1), stopped, "smollm2-135m", "float32")
 
 
 @pytest.mark.parametrize("stopped, message", [("length", "--max-new-tokens"), ("cancelled", "cancelled")])
 def test_an_unfinished_answer_is_not_written_to_o(tmp_path, stopped, message):
-    import argparse
-
-    from assistant.rewrite_cli import Refused, finish, read_source
-
     source = read_source(str(write(tmp_path / "code.py", CODE)), None, None)
     out = tmp_path / "out.py"
     args = argparse.Namespace(json=False, diff=False, in_place=False, output=out, encoding=None, no_backup=False,
@@ -328,17 +308,12 @@ def wait_for_generation(process: subprocess.Popen) -> None:
 # --- showing, in-process ---
 
 def test_copied_and_generated_text_are_styled_apart():
-    from assistant.output import Span
-    from assistant.rewrite_cli import COPIED, GENERATED, styled
-
     text = styled("abcdef", [Span((12, 14), (0, 2))], 10)  # this Delta starts at output offset 10
     assert [(s.start, s.end, s.style) for s in text.spans] == [(0, 2, GENERATED), (2, 4, COPIED),
                                                                 (4, 6, GENERATED)]
 
 
 def test_crlf_offsets_move_past_the_restored_carriage_returns():
-    from assistant.rewrite_cli import crlf_offsets
-
     text = "ab\ncd\n"
     to_crlf = crlf_offsets(text)
     restored = text.replace("\n", "\r\n")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from assistant import data, sandbox
+from assistant.tools import data, sandbox
 
 
 def fix_row(index: int = 0) -> dict:

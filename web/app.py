@@ -9,7 +9,6 @@ by the lifespan on a thread of its own (`assistant.aio`, shared with the languag
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ipaddress
 import json
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
@@ -29,6 +29,7 @@ from starlette.requests import HTTPConnection
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, aio
+from assistant.tools import data
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOCUMENT_CHARS = 200_000
@@ -175,7 +176,6 @@ def sample_documents() -> list[Sample]:
                         "the numbers for March are on page two.\n\nBest,\nAlex\n"),
     ]
     try:
-        from assistant import data
         for task in ("code-edit", "text-edit"):
             for record in data.load(task)[:2]:
                 samples.append(Sample(id=record.id, task=task, instruction=record.instruction,
@@ -468,33 +468,8 @@ def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
     return app
 
 
-# ---------------------------------------------------------------- the `assistant web` command
-
-def register(commands) -> None:
-    from assistant.cli import add_model_options
-
-    parser = commands.add_parser("web", help="serve the web playground", description="Serve the web playground.")
-    add_model_options(parser)
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.set_defaults(run=run)
-
-
 def server_config(app: FastAPI, host: str, port: int, **options):
     """uvicorn's settings for the playground: a websocket message is bounded like an HTTP body, and so
     is the number of connections, so no client can make the server hold unbounded memory."""
-    import uvicorn
-
     return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", ws_max_size=MAX_BODY_BYTES,
                           limit_concurrency=MAX_CONNECTIONS, **options)
-
-
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    def factory():
-        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
-
-    print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
-    uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()
-    return 0

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from .. import tuning
+from ..engine import Assistant, RewriteError
+from ..models import ModelError
+from ..tools import calibration, data
+from .options import add_model_options
+
 
 def register(commands) -> None:
-    from .cli import add_model_options
-
     parser = commands.add_parser("calibrate", help="find induction heads and the PLD+(h) layer for a model")
     parser.add_argument("--records", type=int, default=12, help="calibration records per edit task")
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -16,10 +20,6 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from . import calibration, data
-    from .engine import Assistant, RewriteError
-    from .models import ModelError
-
     try:
         assistant = Assistant(args.model, strategy="pld", weights=args.weights, device=args.device)
     except ModelError as error:
@@ -38,7 +38,7 @@ def run(args) -> int:
         outputs.append(assistant.loaded.tokenizer(result.text, add_special_tokens=False)["input_ids"])
         print(f"[{number}/{len(records)}] {record.id}: {result.stats.new_tokens} tokens", file=sys.stderr)
     settings, speeds = calibration.calibrate(assistant.loaded, prompts, outputs, assistant.measured_costs())
-    path = calibration.save(assistant.loaded, settings)
+    path = tuning.save(assistant.loaded, settings)
     replayed = ", ".join(f"{most}: {speed:.2f}" for most, speed in speeds.items())
     print(f"hidden layer {settings.hidden_layer}; top heads {settings.heads[:8]}; draft ceiling {settings.draft_tokens} "
           f"(tokens per one-token forward, replayed with n-gram drafts, by ceiling: {replayed}); saved to {path}")

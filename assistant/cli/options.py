@@ -1,9 +1,5 @@
-"""The `assistant` command: one subcommand per job.
-
-The engine's own subcommands (rewrite, calibrate, bench) live in this package; the front doors
-that are not part of the engine (`lsp`, `web`) plug in through the `assistant.commands` entry
-point group, so the engine never imports them.
-"""
+"""What every command shares: the model options, SIGTERM handled like Ctrl-C, and the engine's
+progress notes on stderr."""
 
 from __future__ import annotations
 
@@ -11,10 +7,9 @@ import argparse
 import logging
 import signal
 import sys
-from importlib.metadata import entry_points
 
-from . import models, weights
-from .engine import DEFAULT_STRATEGY, STRATEGIES
+from .. import models, weights
+from ..engine import DEFAULT_STRATEGY, STRATEGIES
 
 
 def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) -> None:
@@ -36,23 +31,6 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from . import bench, calibrate_cli, rewrite_cli
-
-    parser = argparse.ArgumentParser(prog="assistant", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in (rewrite_cli.register, calibrate_cli.register, bench.register):
-        register(commands)
-    for plugin in entry_points(group="assistant.commands"):
-        try:
-            plugin.load()(commands)
-        except ImportError as error:  # a front door whose dependencies are missing; the rest still works
-            print(f"assistant: the {plugin.name!r} command is unavailable: {error}", file=sys.stderr)
-    args = parser.parse_args(argv)
-    show_progress()
-    return args.run(args)
-
-
 def show_progress() -> None:
     """The engine's one-line notes on slow steps (a conversion, packing, measuring), on stderr."""
     logger = logging.getLogger("assistant")
@@ -61,7 +39,3 @@ def show_progress() -> None:
         handler.setFormatter(logging.Formatter("assistant: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,5 @@
-"""`assistant bench`: speed, exactness and attribution quality of every strategy on the benchmark data.
-
-    assistant bench --tasks code-edit,text-edit --strategies ar,hf-pld,pld,pld+h,pld+a --samples 5
+"""The benchmark behind `assistant bench`: speed, exactness and attribution quality of every strategy
+on the benchmark data (`assistant/cli/bench.py` is the command).
 
 Records are measured one after another; each record runs every strategy in turn (interleaved,
 so that a machine that slows down over time hurts all strategies alike), plain decoding `ar`
@@ -37,7 +36,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import data, models, sandbox, weights
+import torch
+import transformers
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .. import models, weights
+from ..engine import PREFIX_CACHE_MB, Delta, Result, RewriteError, result_of
+from ..output import OutputText, missing_final_newline
+from ..prefix_cache import PrefixCache
+from ..prompts import Segment, build_prompt
+from . import data, sandbox
+from .attribution_quality import quality
 
 ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 STRATEGIES = ("ar", "hf-pld", "pld", "pld+h", "pld+a", "llama-cpp")
@@ -54,22 +66,6 @@ class BenchError(ValueError):
     """Bad arguments or data; reported before the model is loaded."""
 
 
-def register(commands) -> None:
-    from .cli import add_model_options
-
-    parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
-    parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated: {', '.join(data.TASKS)}")
-    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
-                        help=f"comma-separated: {', '.join(STRATEGIES)} (ar always runs: it is the reference)")
-    parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--max-draft", type=int,
-                        help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
-    parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")
-    add_model_options(parser, strategy=False)
-    parser.set_defaults(run=run)
-
-
 # --- plan: everything checked before the model loads ---------------------------------------------
 
 @dataclass
@@ -79,6 +75,7 @@ class Plan:
     records: list[data.Record]  # task by task, `samples` each, spread over the task's sources
     max_new_tokens: int
     out: Path
+    max_draft: int | None  # None: the model's tuned draft ceiling
 
 
 def split_list(text: str) -> list[str]:
@@ -115,7 +112,7 @@ def plan(args) -> Plan:
             raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
         records += data.sample(available, args.samples)
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out)
+    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out, args.max_draft)
 
 
 # --- running one strategy on one record -----------------------------------------------------------
@@ -157,7 +154,6 @@ class Runner:
         return [s for s in strategies if s not in self.unavailable]
 
     def load_llama(self) -> None:
-        import torch
         from llama_cpp import Llama, __version__  # optional, never a dependency
 
         gguf, threads = llama_gguf(self.model), torch.get_num_threads()
@@ -204,8 +200,6 @@ class Runner:
                               max_new_tokens=max_new_tokens)
 
     def engine(self, strategy: str, record: data.Record, max_new_tokens: int) -> Run:
-        from .engine import Delta, Result
-
         per_step = []
         with closing(self.events(strategy, record, max_new_tokens)) as events:
             for event in events:
@@ -220,8 +214,6 @@ class Runner:
     def history(self, record: data.Record) -> tuple[dict, ...]:
         """MT-Bench earlier turns with the model's own (greedy, untimed) answers, made once per record."""
         if record.id not in self.histories:
-            from .engine import result_of
-
             history: tuple[dict, ...] = ()
             for turn in record.earlier_turns:
                 answer = result_of(self.assistant.chat(turn, history=history, strategy="ar",
@@ -231,8 +223,6 @@ class Runner:
         return self.histories[record.id]
 
     def prompt(self, record: data.Record):
-        from .prompts import Segment, build_prompt
-
         if record.is_edit:
             return self.assistant.prompt(record.document, record.instruction)
         return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
@@ -241,8 +231,6 @@ class Runner:
     def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
         """What the engine would show for these tokens and how many of them it would count (closing
         fence, EOS and final newline handling included), so that an external generator compares exactly."""
-        from .output import OutputText, missing_final_newline
-
         eos = self.assistant.loaded.eos
         ended = next((i for i, t in enumerate(tokens) if t in eos), None)
         tokens = tokens[:ended]
@@ -254,8 +242,6 @@ class Runner:
         return output.text + newline, output.tokens
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
-        import torch
-
         model, tokenizer = self.assistant.loaded.model, self.assistant.loaded.tokenizer
         prompt = self.prompt(record)
         ids = torch.tensor([prompt.ids], device=model.device)
@@ -272,8 +258,6 @@ class Runner:
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         """llama.cpp's greedy decoding of the engine's prompt ids, stopped where the engine would stop."""
-        from .output import OutputText
-
         prompt, eos = self.prompt(record), self.assistant.loaded.eos
         output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
         tokens, first_token = [], None
@@ -303,22 +287,16 @@ def llama_gguf(model: str) -> Path:
 
 
 def synchronize(device) -> None:
-    import torch
-
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
 def reset_peak_memory(device) -> None:
-    import torch
-
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
 
 def peak_memory_mb(device) -> dict:
-    import torch
-
     # ru_maxrss is the process-wide high-water mark in KiB on Linux: it only ever grows.
     memory = {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     if device.type == "cuda":
@@ -329,8 +307,6 @@ def peak_memory_mb(device) -> dict:
 def measure(runner: Runner, strategy: str, record: data.Record, results: dict[str, Run]) -> tuple[dict, Run]:
     """One row: the strategy's speed on the record against `ar`'s, and whether its output is `ar`'s with
     the same weights (`ar@W` for a strategy on other weights W)."""
-    from .attribution_quality import quality
-
     device = runner.assistant.loaded.device
     reset_peak_memory(device)
     result = runner.run(strategy, record)
@@ -359,9 +335,6 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
 def prefix_reuse(runner: Runner, record: data.Record) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
     after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
-    from .engine import PREFIX_CACHE_MB
-    from .prefix_cache import PrefixCache
-
     assistant = runner.assistant
     assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
     try:
@@ -481,9 +454,7 @@ COLUMNS = (  # name, the summary key an optional column shows only when some ent
 )
 
 
-def table(summary: list[dict], unavailable: dict[str, str]):
-    from rich.table import Table
-
+def table(summary: list[dict], unavailable: dict[str, str]) -> Table:
     columns = [(name, cell) for name, key, cell in COLUMNS
                if key is None or any(s[key] is not None for s in summary)]
     t = Table(title="assistant bench", caption="; ".join(f"{k}: unavailable ({v})" for k, v in unavailable.items()))
@@ -494,9 +465,7 @@ def table(summary: list[dict], unavailable: dict[str, str]):
     return t
 
 
-def prefix_table(summary: list[dict]):
-    from rich.table import Table
-
+def prefix_table(summary: list[dict]) -> Table:
     t = Table(title="prefix reuse: the same edit request twice, and after the buffer was idle")
     for name in ("task", "n", "first token cold", "first token again", "again / cold", "after idle", "idle / cold"):
         t.add_column(name, justify="left" if name == "task" else "right")
@@ -508,14 +477,10 @@ def prefix_table(summary: list[dict]):
 
 
 def chart(summary: list[dict], rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
     tasks = list(dict.fromkeys(s["task"] for s in summary))
     strategies = list(dict.fromkeys(s["strategy"] for s in summary))
-    fig, (bars, hist) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig = Figure(figsize=(13, 4.5))  # no pyplot: no display and no global state needed
+    bars, hist = fig.subplots(1, 2)
     width = 0.8 / max(1, len(strategies))
     for k, strategy in enumerate(strategies):
         speed = {s["task"]: s["speedup_mean"] or 0.0 for s in summary if s["strategy"] == strategy}
@@ -536,13 +501,9 @@ def chart(summary: list[dict], rows: list[dict], path: Path) -> None:
     hist.set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
-def environment(assistant, args) -> dict:
-    import torch
-    import transformers
-
+def environment(assistant, max_new_tokens: int) -> dict:
     cpu = platform.processor()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -554,7 +515,7 @@ def environment(assistant, args) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
             "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
-            "max_new_tokens": args.max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
+            "max_new_tokens": max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
             "command": " ".join(sys.argv)}
 
 
@@ -572,38 +533,17 @@ def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted
     console.print(f"results in {plan_.out}/ (rows.jsonl, summary.json, chart.png)")
 
 
-# --- the command ----------------------------------------------------------------------------------
+# --- the whole run ---------------------------------------------------------------------------------
 
-def run(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    try:
-        plan_ = plan(args)
-    except BenchError as error:
-        print(f"assistant bench: {error}", file=sys.stderr)
-        return 2
-    from transformers.utils import logging as hf_logging
-
-    from .cli import interrupt_on_sigterm
-    from .engine import Assistant, RewriteError
-    from .models import ModelError
-
-    hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
-    interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
-    try:
-        # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
-        assistant = Assistant(args.model, weights=args.weights, device=args.device, prefix_cache_mb=0)
-    except ModelError as error:
-        print(f"assistant bench: {error}", file=sys.stderr)
-        return 2
+def run(plan_: Plan, assistant, model: str, load) -> bool:
+    """Measure the plan with `assistant` (prefix reuse off) and write the results; `load(weights)` makes
+    another Assistant of `model` for a strategy on other weights. True when Ctrl-C cut the run short."""
     assistant.measured_costs()  # a first run measures them now, not while strategies are timed
-    if args.max_draft is not None:
-        assistant.tuned.draft_tokens = args.max_draft
+    if plan_.max_draft is not None:
+        assistant.tuned.draft_tokens = plan_.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
-    runner = Runner(assistant, plan_.max_new_tokens, args.model,
-                    lambda other: Assistant(args.model, weights=other, device=args.device, prefix_cache_mb=0))
-    env = environment(assistant, args)
+    runner = Runner(assistant, plan_.max_new_tokens, model, load)
+    env = environment(assistant, plan_.max_new_tokens)
     if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
@@ -642,4 +582,4 @@ def run(args) -> int:
         interrupted = True
         progress_console.print("interrupted: summarizing what was measured")
     finish(plan_, runner, rows, env, interrupted, console)
-    return 130 if interrupted else 0
+    return interrupted

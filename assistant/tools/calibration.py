@@ -1,4 +1,5 @@
-"""Tuned settings per model, and the `calibrate` command that finds induction heads (PLD+ §4.2.1).
+"""The search behind `assistant calibrate`: it finds a model's induction heads (PLD+ §4.2.1), its
+PLD+(h) layer and its draft ceiling, the settings `tuning.py` keeps.
 
 Calibration decodes held-out rewrite prompts (the `calibration` split of the benchmark data,
 never evaluated on), then replays each output once, teacher-forced. At every output position
@@ -15,53 +16,17 @@ for that, so every ceiling is judged on exactly the same outputs.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from . import atomic, models
-from .draft_length import AdaptiveDraftLength
-from .drafters import Context, NgramDraft, head_attention
-from .prefix_cache import common_prefix
+from .. import models
+from ..draft_length import AdaptiveDraftLength
+from ..drafters import Context, NgramDraft, head_attention
+from ..prefix_cache import common_prefix
+from ..tuning import Tuned, tuned
 
-SHIPPED = Path(__file__).parent / "tuned"
 DRAFT_CEILINGS = (8, 12, 16, 24, 32)  # 32: the largest forward the cost curve measures
-
-
-@dataclass
-class Tuned:
-    draft_tokens: int = 16  # the most the adaptive draft length may choose; 16 came within 1% of the best replay
-    hidden_layer: int = 0  # 0: the middle layer of the model
-    head_count: int = 4
-    heads: list[tuple[int, int]] = field(default_factory=list)  # (layer, head), best first
-
-
-def tuned_path(loaded: models.LoadedModel) -> Path:
-    key = f"{loaded.name}-{loaded.sha256[:16]}" if loaded.sha256 else loaded.name.replace("/", "--")
-    shipped = SHIPPED / f"{key}.json"
-    return shipped if shipped.is_file() else models.cache_root() / "tuned" / f"{key}.json"
-
-
-def tuned(loaded: models.LoadedModel) -> Tuned:
-    saved = atomic.read_json(tuned_path(loaded))
-    try:
-        settings = Tuned(**saved) if isinstance(saved, dict) else Tuned()
-    except TypeError:  # written by another version: the defaults serve until it is calibrated again
-        settings = Tuned()
-    settings.heads = [tuple(h) for h in settings.heads]
-    settings.hidden_layer = settings.hidden_layer or loaded.model.config.num_hidden_layers // 2
-    return settings
-
-
-def save(loaded: models.LoadedModel, settings: Tuned, path: Path | None = None) -> Path:
-    path = path or tuned_path(loaded)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_atomically(path, json.dumps(asdict(settings), indent=1).encode())
-    return path
 
 
 def best_candidate_sets(tokens: np.ndarray, start: int):

@@ -25,7 +25,15 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
+from rich.console import Console
+from rich.progress import BarColumn, Progress as Bar, TaskProgressColumn, TextColumn
+from rich.text import Text
+
+from .. import atomic
+from ..engine import Assistant, Delta, Result, RewriteError
+from ..models import ModelError
+from ..output import Span
+from .options import add_model_options, interrupt_on_sigterm
 
 USAGE, FAILED = 2, 1
 
@@ -35,8 +43,6 @@ class Refused(Exception):
 
 
 def register(commands) -> None:
-    from .cli import add_model_options
-
     parser = commands.add_parser("rewrite", help="rewrite files on an instruction",
                                  description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files to rewrite; - reads stdin, writes stdout")
@@ -170,8 +176,6 @@ def check_target(path: Path, flag: str) -> None:
 
 def spliced(source: Source, result) -> tuple[str, list]:
     """The whole new text: the result in place of the selection, the rest kept (attributed to itself)."""
-    from .output import Span
-
     start, end = source.selection or (0, len(source.text))
     before, after = source.text[:start], source.text[end:]
     spans = [Span((0, start), (0, start))] if before else []
@@ -185,8 +189,6 @@ def spliced(source: Source, result) -> tuple[str, list]:
 def restored(source: Source, text: str, spans: list) -> tuple[str, list]:
     """The new file text with the original's line endings and final newline, and the spans with
     output offsets in that text and source offsets in the file as read."""
-    from .output import Span
-
     if source.final_newline and not text.endswith("\n"):
         text += "\n"
     elif not source.final_newline:
@@ -268,10 +270,8 @@ def keep_backup(target: Path) -> None:
 COPIED, GENERATED = "dim", "bold cyan"  # copied text recedes, what the model wrote stands out
 
 
-def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is imported lazily
+def styled(text: str, spans, start: int) -> Text:
     """A Delta's text (starting at output offset `start`) shaded by where each character came from."""
-    from rich.text import Text
-
     shown, at = Text(text), 0
     for span in sorted(spans, key=lambda span: span.output):
         a, b = (max(0, offset - start) for offset in span.output)
@@ -284,10 +284,8 @@ def styled(text: str, spans, start: int) -> "Text":  # noqa: F821 - rich is impo
     return shown
 
 
-def kept(text: str) -> "Text":  # noqa: F821
+def kept(text: str) -> Text:
     """Text outside the lines being rewritten, shown as copied."""
-    from rich.text import Text
-
     return Text(text, style=COPIED)
 
 
@@ -320,9 +318,6 @@ class Progress:
         self.bar, self.start = None, region[0]
         if quiet or not sys.stderr.isatty():
             return
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress as Bar, TaskProgressColumn, TextColumn
-
         self.bar = Bar(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                        TextColumn("{task.fields[speed]}"), console=Console(stderr=True), transient=True)
         self.task = self.bar.add_task(path, total=region[1] - region[0], speed="")
@@ -348,8 +343,6 @@ UNFINISHED = {
 
 
 def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
-    from .engine import Delta, Result
-
     stream_to_terminal = console is not None
     events = assistant.rewrite(source.text, instruction, selection=source.selection,
                                max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -412,10 +405,6 @@ def finish(source: Source, result, args, streamed: bool) -> None:
 
 
 def run(args) -> int:
-    from .cli import interrupt_on_sigterm
-    from .engine import RewriteError
-    from .models import ModelError
-
     interrupt_on_sigterm()
     try:
         instruction = check_options(args)
@@ -435,8 +424,6 @@ def run(args) -> int:
     if not sources:
         return FAILED
     try:
-        from .engine import Assistant
-
         assistant = Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
         console = terminal_console(args)
         for source in sources:
@@ -455,8 +442,6 @@ def terminal_console(args):
     """A rich console for shaded streaming output when stdout is a terminal and plain text is asked for."""
     if args.json or args.diff or args.in_place or args.output or not sys.stdout.isatty():
         return None
-    from rich.console import Console
-
     return Console(highlight=False, soft_wrap=True)
 
 

@@ -1,0 +1,7 @@
+"""`python -m assistant.cli`: the `assistant` command without its installed script."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""`assistant bench`: the options of the benchmark (`tools/bench.py`), checked before the model loads.
+
+    assistant bench --tasks code-edit,text-edit --strategies ar,hf-pld,pld,pld+h,pld+a --samples 5
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from transformers.utils import logging as hf_logging
+
+from ..engine import Assistant
+from ..models import ModelError
+from ..tools import bench, data
+from .options import add_model_options, interrupt_on_sigterm
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
+    parser.add_argument("--tasks", default=",".join(bench.DEFAULT_TASKS),
+                        help=f"comma-separated: {', '.join(data.TASKS)}")
+    parser.add_argument("--strategies", default=",".join(bench.DEFAULT_STRATEGIES),
+                        help=f"comma-separated: {', '.join(bench.STRATEGIES)} (ar always runs: it is the reference)")
+    parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-draft", type=int,
+                        help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
+    parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")
+    add_model_options(parser, strategy=False)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    try:
+        plan = bench.plan(args)
+    except bench.BenchError as error:
+        print(f"assistant bench: {error}", file=sys.stderr)
+        return 2
+    hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
+    interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
+
+    def load(weights: str) -> Assistant:
+        # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
+        return Assistant(args.model, weights=weights, device=args.device, prefix_cache_mb=0)
+
+    try:
+        assistant = load(args.weights)
+    except ModelError as error:
+        print(f"assistant bench: {error}", file=sys.stderr)
+        return 2
+    return 130 if bench.run(plan, assistant, args.model, load) else 0

@@ -1,0 +1,32 @@
+"""`assistant web`: serve the web playground (`web/app.py`) with uvicorn.
+
+This command imports the app, never the reverse.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import uvicorn
+
+from web.app import create_app, server_config
+
+from ..engine import Assistant
+from .options import add_model_options
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("web", help="serve the web playground", description="Serve the web playground.")
+    add_model_options(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    def factory():
+        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+
+    print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
+    uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()
+    return 0
