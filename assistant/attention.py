@@ -1,4 +1,6 @@
-"""Attention for CPU inference, registered with transformers as "assistant".
+"""Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
+
+The kernel is registered with transformers as "assistant".
 
 torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
 bfloat16 query: 1.2 ms per layer over 2,000 keys on this project's 2-core machine, more than half of
@@ -6,6 +8,10 @@ a one-token step, against 0.05-0.2 ms in float32. So on CPU the KV cache is kept
 (`kv_cache.preallocated_cache`) and attention runs in float32 whatever the model's dtype; only the
 few new positions of each step are converted. The cache doubles in size for a bfloat16 model, which
 is small next to its weights (2,000 positions of SmolLM2-135M: 92 MB).
+
+`head_attention` recomputes the attention probabilities of a few (layer, head) pairs for a few
+query positions from their hidden states and the cached keys, without a forward pass: PLD+(a)
+drafting (drafters.AttentionDraft) and calibration (which finds the induction heads) share it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 NAME = "assistant"
 
@@ -41,3 +48,29 @@ def fits(config) -> bool:
 
 
 AttentionInterface.register(NAME, attention)
+
+
+@torch.inference_mode()
+def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: dict[int, torch.Tensor],
+                   positions: torch.Tensor) -> torch.Tensor:
+    """Attention probabilities [heads, queries, keys] of the given heads for the query `positions`.
+
+    `hidden[L]` holds the inputs of decoder layer L at those positions ([queries, width]); the
+    keys come from the cache, already rotated, so only the queries need projecting and rotating.
+    """
+    span = int(positions.max()) + 1
+    future = torch.arange(span, device=positions.device)[None, :] > positions[:, None]
+    rows = []
+    for layer, heads in heads_by_layer.items():
+        block = model.model.layers[layer]
+        attn = block.self_attn
+        normed = block.input_layernorm(hidden[layer][None])
+        query = attn.q_proj(normed).view(1, len(positions), -1, attn.head_dim).transpose(1, 2)[:, heads]
+        cos, sin = model.model.rotary_emb(normed, positions[None])
+        query, _ = apply_rotary_pos_emb(query, query, cos, sin)
+        kv_heads = torch.tensor(heads, device=query.device) // attn.num_key_value_groups
+        keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
+        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attn.scaling
+        rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
+    return torch.cat(rows)
+
