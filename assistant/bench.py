@@ -232,27 +232,14 @@ class Runner:
         return self.histories[record.id]
 
     def prompt(self, record: data.Record):
-        from .prompts import Segment, build_prompt
-
         if record.is_edit:
             return self.assistant.prompt(record.document, record.instruction)
-        return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
-                            history=self.history(record))
+        return self.assistant.chat_prompt(record.document, self.history(record))
 
     def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
-        """What the engine would show for these tokens and how many of them it would count (closing
-        fence, EOS and final newline handling included), so that an external generator compares exactly."""
-        from .output import OutputText, missing_final_newline
-
-        eos = self.assistant.loaded.eos
-        ended = next((i for i, t in enumerate(tokens) if t in eos), None)
-        tokens = tokens[:ended]
-        output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
-        output.add(tokens, [None] * len(tokens))
-        output.finish()
-        target = record.document if record.is_edit else ""
-        newline = missing_final_newline(output.text, target, ended is not None or output.ended == "eos")
-        return output.text + newline, output.tokens
+        """What the engine would show for these tokens and how many of them it would count."""
+        target = (0, len(record.document)) if record.is_edit else None
+        return self.assistant.shown(prompt, record.document, target, tokens)
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
         import torch
@@ -378,17 +365,16 @@ def prefix_reuse(runner: Runner, record: data.Record) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
     after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
     from .engine import PREFIX_CACHE_MB
-    from .prefix_cache import PrefixCache
 
     assistant = runner.assistant
-    assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+    assistant.reuse_prefixes(PREFIX_CACHE_MB)
     try:
         cold, warm = (runner.engine(assistant.strategy, record, 1).first_token_seconds for _ in range(2))
-        assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+        assistant.reuse_prefixes(PREFIX_CACHE_MB)
         assistant.warm(record.document)
         idle = runner.engine(assistant.strategy, record, 1).first_token_seconds
     finally:
-        assistant.prefixes = None
+        assistant.reuse_prefixes(0)
     return {"task": record.task, "id": record.id, "strategy": PREFIX_REUSE, "cold_first_token_seconds": cold,
             "warm_first_token_seconds": warm, "idle_first_token_seconds": idle}
 
@@ -572,7 +558,7 @@ def environment(assistant, args) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
             "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
-            "max_new_tokens": args.max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
+            "max_new_tokens": args.max_new_tokens, "max_draft": assistant.draft_ceiling,
             "command": " ".join(sys.argv)}
 
 
@@ -611,16 +597,16 @@ def run(args) -> int:
     interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
     try:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
-        assistant = Assistant(args.model, weights=args.weights, device=args.device, prefix_cache_mb=0)
+        assistant = Assistant(args.model, weights=args.weights, device=args.device, prefix_cache_mb=0,
+                              draft_ceiling=args.max_draft)
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
     assistant.measured_costs()  # a first run measures them now, not while strategies are timed
-    if args.max_draft is not None:
-        assistant.tuned.draft_tokens = args.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens, args.model,
-                    lambda other: Assistant(args.model, weights=other, device=args.device, prefix_cache_mb=0))
+                    lambda other: Assistant(args.model, weights=other, device=args.device, prefix_cache_mb=0,
+                                            draft_ceiling=args.max_draft))
     env = environment(assistant, args)
     if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
