@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from assistant import STRATEGIES, Delta, Queued, Result, RewriteError
+from assistant import STRATEGIES, Delta, Queued, Result, RewriteError, check_strategy
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOCUMENT_CHARS = 200_000
@@ -53,9 +53,7 @@ class RewriteRequest(BaseModel):
     @field_validator("strategy")
     @classmethod
     def known_strategy(cls, value: str | None) -> str | None:
-        if value is not None and value not in STRATEGIES:
-            raise ValueError(f"unknown strategy {value!r}: use one of {', '.join(STRATEGIES)}")
-        return value
+        return value if value is None else check_strategy(value)  # RewriteError is a ValueError
 
 
 class SpanModel(BaseModel):
