@@ -1,4 +1,6 @@
-"""Attention for CPU inference, registered with transformers as "assistant".
+"""Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
+
+The kernel is registered with transformers as "assistant".
 
 Two measurements decided it, both on the project's 2-core machines:
 - torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
@@ -16,6 +18,10 @@ Two measurements decided it, both on the project's 2-core machines:
   SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel the exactness
   tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query over 1,500 keys
   of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
+
+`head_attention` recomputes the attention probabilities of a few (layer, head) pairs for a few
+query positions from their hidden states and the cached keys, without a forward pass: PLD+(a)
+drafting (drafters.AttentionDraft) and calibration (which finds the induction heads) share it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 NAME = "assistant"
 FEW = 64  # the most queries that take the row-exact path: more than any draft plus its token
@@ -68,3 +75,29 @@ def fits(config) -> bool:
 
 
 AttentionInterface.register(NAME, attention)
+
+
+@torch.inference_mode()
+def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: dict[int, torch.Tensor],
+                   positions: torch.Tensor) -> torch.Tensor:
+    """Attention probabilities [heads, queries, keys] of the given heads for the query `positions`.
+
+    `hidden[L]` holds the inputs of decoder layer L at those positions ([queries, width]); the
+    keys come from the cache, already rotated, so only the queries need projecting and rotating.
+    """
+    span = int(positions.max()) + 1
+    future = torch.arange(span, device=positions.device)[None, :] > positions[:, None]
+    rows = []
+    for layer, heads in heads_by_layer.items():
+        block = model.model.layers[layer]
+        attn = block.self_attn
+        normed = block.input_layernorm(hidden[layer][None])
+        query = attn.q_proj(normed).view(1, len(positions), -1, attn.head_dim).transpose(1, 2)[:, heads]
+        cos, sin = model.model.rotary_emb(normed, positions[None])
+        query, _ = apply_rotary_pos_emb(query, query, cos, sin)
+        kv_heads = torch.tensor(heads, device=query.device) // attn.num_key_value_groups
+        keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
+        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attn.scaling
+        rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
+    return torch.cat(rows)
+

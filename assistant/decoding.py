@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 
 from .draft_length import AdaptiveDraftLength, FixedDraftLength
-from .drafters import Context
+from .drafters import Context, Drafter
 from .kv_cache import preallocated_cache
 from .prefix_cache import PrefixCache, restore
 
@@ -85,6 +85,12 @@ def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,
     return len(draft), int(torch.multinomial(probs[len(draft)], 1, generator=generator))
 
 
+def start(model, prompt: list[int], capacity: int, layers: tuple[int, ...]) -> Context:
+    """A generation's context for up to `capacity` positions: the prompt's tokens, an empty KV cache."""
+    return Context.start(prompt, capacity, layers, model.config.get_text_config().hidden_size, model.dtype,
+                         model.device, preallocated_cache(model, capacity))
+
+
 def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | None, chunk: int = 0,
             turn=contextlib.nullcontext, cancel: threading.Event | None = None) -> int:
     """Fill the context's KV cache and hidden rows for positions 0..len(ids)-1: the longest prefix that
@@ -114,14 +120,57 @@ def warm(model, ids: list[int], layers: tuple[int, ...], prefixes: PrefixCache, 
          cancel: threading.Event | None = None) -> int:
     """Prefill `ids` into `prefixes` alone, `chunk` tokens per turn: what a later prompt starting with
     them restores instead of computing. Returns the positions computed or restored."""
-    cache = preallocated_cache(model, len(ids))
-    context = Context.start(ids, len(ids), layers, model.config.get_text_config().hidden_size, model.dtype,
-                            model.device, cache)
-    return prefill(model, ids, context, prefixes, chunk, turn, cancel)
+    return prefill(model, ids, start(model, ids, len(ids), layers), prefixes, chunk, turn, cancel)
 
 
-def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
-           sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
+def step(model, context: Context, drafter: Drafter, k: int, sampling: Sampling,
+         generator: torch.Generator) -> tuple[list[int], int, list[int]]:
+    """One forward pass: draft up to `k` tokens, verify them, accept.
+
+    Feeds [x[n-1], d_1..d_k], keeps the longest prefix of the draft that the model agrees with
+    plus one token of its own, appends those to the context and crops the KV cache back to them,
+    so the invariant holds again. Returns (the draft, the position it was copied after, the
+    accepted tokens)."""
+    n = context.n
+    draft, origin = drafter.propose(context, k)
+    out = forward(model, [int(context.tokens[n - 1])] + draft, context.cache, bool(drafter.layers), len(draft) + 1)
+    if sampling.temperature > 0:
+        accepted, bonus = verify_sampled(out.logits[0], draft, sampling, generator)
+    else:
+        accepted, bonus = verify_greedy(out.logits[0], draft)
+    context.cache.crop(accepted - len(draft))  # negative: how many rejected positions to drop
+    context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
+    context.append(draft[:accepted] + [bonus])
+    return draft, origin, draft[:accepted] + [bonus]
+
+
+def copied_sources(context: Context, origin: int, accepted: int, previous: int | None) -> list[int | None]:
+    """The context position each token of a step (the last accepted+1 of the context) was copied from.
+
+    The accepted draft tokens follow `origin`. The model's own token still counts as copied when it
+    is what follows the last copy: the last accepted one, or `previous`, the source of the token
+    the step was fed (which may itself be a token accepted in this step)."""
+    sources = [origin + 1 + i for i in range(accepted)]
+    last = sources[-1] if sources else previous
+    follows = last is not None and context.tokens[last + 1] == context.tokens[context.n - 1]
+    return sources + [last + 1 if follows else None]
+
+
+def trimmed(tokens: list[int], sources: list[int | None], eos: frozenset[int],
+            room: int) -> tuple[list[int], list[int | None], str | None]:
+    """A step's tokens (and their sources) cut before the first EOS and to the `room` left, and why
+    generation ends with them: "eos", "length", or None when it goes on."""
+    finished = None
+    if eos.intersection(tokens):
+        cut = next(i for i, t in enumerate(tokens) if t in eos)
+        tokens, sources, finished = tokens[:cut], sources[:cut], "eos"
+    if len(tokens) >= room:
+        tokens, sources, finished = tokens[:room], sources[:room], finished or "length"
+    return tokens, sources, finished
+
+
+def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
+           draft_tokens: int | AdaptiveDraftLength, sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
            cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
     """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
 
@@ -131,44 +180,21 @@ def decode(model, prompt: list[int], drafter, *, max_new_tokens: int, draft_toke
     if cancel is not None and cancel.is_set():
         return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
     draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
-    capacity = len(prompt) + max_new_tokens + draft_length.most + 1
-    cache = preallocated_cache(model, capacity)
-    context = Context.start(prompt, capacity, drafter.layers, model.config.get_text_config().hidden_size,
-                            model.dtype, model.device, cache)
-    sources: list[int | None] = [None] * len(prompt)
+    context = start(model, prompt, len(prompt) + max_new_tokens + draft_length.most + 1, drafter.layers)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
     prefill(model, prompt[:-1], context, prefixes)
+    sources: list[int | None] = [None] * len(prompt)
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         started = time.perf_counter()
-        n = context.n
-        draft, origin = drafter.propose(context, min(draft_length.choose(), max_new_tokens - produced - 1))
-        out = forward(model, [int(context.tokens[n - 1])] + draft, cache, bool(drafter.layers), len(draft) + 1)
-        logits = out.logits[0]
-        if sampling.temperature > 0:
-            accepted, bonus = verify_sampled(logits, draft, sampling, generator)
-        else:
-            accepted, bonus = verify_greedy(logits, draft)
+        k = min(draft_length.choose(), max_new_tokens - produced - 1)
+        draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
+        accepted = len(tokens) - 1
         draft_length.update(len(draft), accepted)
-        tokens = draft[:accepted] + [bonus]
-        step_sources = [origin + 1 + i for i in range(accepted)]
-        # The model's own token still counts as copied when it is what follows the last copy.
-        last = step_sources[-1] if step_sources else sources[-1]
-        after_last = None if last is None else int(context.tokens[last + 1]) if last + 1 < n else draft[last + 1 - n]
-        step_sources.append(last + 1 if after_last == bonus else None)
-        finished = None
-        if eos.intersection(tokens):
-            cut = next(i for i, t in enumerate(tokens) if t in eos)
-            tokens, step_sources, finished = tokens[:cut], step_sources[:cut], "eos"
-        if produced + len(tokens) >= max_new_tokens:
-            tokens, step_sources = tokens[:max_new_tokens - produced], step_sources[:max_new_tokens - produced]
-            finished = finished or "length"
-        if finished is None:
-            cache.crop(accepted - len(draft))  # negative: how many rejected positions to drop
-            context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
-        context.append(tokens)
-        sources += step_sources
+        copied = copied_sources(context, origin, accepted, sources[-1])
+        tokens, copied, finished = trimmed(tokens, copied, eos, max_new_tokens - produced)
+        sources += copied
         produced += len(tokens)
-        yield Step(tokens, step_sources, len(draft), accepted, time.perf_counter() - started, finished)
+        yield Step(tokens, copied, len(draft), accepted, time.perf_counter() - started, finished)
         if finished:
             return

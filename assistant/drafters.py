@@ -12,24 +12,32 @@ the draft is x[i+1 : i+1+K]. Strategies differ only in which candidate they pick
 - `AttentionDraft` (`pld+a`): PLD+(a), the candidate the induction heads attend to most from
   the last fed position (max over the selected heads); induction heads at query n-2 attend
   to the positions whose previous token was x[n-2], i.e. to the copies of x[n-1].
+
+Every strategy is a `Drafter`; the decode loop (decoding.decode) knows no other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from .attention import head_attention
+
 
 @dataclass
 class Context:
-    """Tokens so far with an incremental token->positions index and the hidden states drafters need."""
+    """One generation's state, which the decode loop keeps and drafters read: the tokens so far with an
+    incremental token->positions index, the hidden rows of the layers drafters ask for, and the
+    model's KV cache. The cache belongs to the loop (prefill fills it, every step feeds and crops
+    it); `AttentionDraft` alone also reads it, for the keys its heads attend to."""
 
-    tokens: np.ndarray  # capacity-sized buffer; tokens[:n] are valid
+    tokens: np.ndarray  # [capacity] buffer; tokens[:n] are valid
     n: int
-    index: dict[int, list[int]]
-    hidden: dict[int, torch.Tensor]  # layer -> [capacity, hidden] buffer; rows [:n-1] valid
+    index: dict[int, list[int]]  # token -> its positions in tokens[:n], oldest first
+    hidden: dict[int, torch.Tensor]  # layer -> [capacity, width] buffer of that layer's inputs; rows [:n-1] valid
     cache: object  # the model's KV cache for positions 0..n-2
 
     @classmethod
@@ -59,12 +67,32 @@ class Context:
         return self.tokens[position + 1:min(position + 1 + k, self.n)].tolist()
 
 
+class Drafter(Protocol):
+    """A drafting strategy, as the decode loop sees it (compare transformers' PromptLookupCandidateGenerator).
+
+    Invariant: a draft is a copy. For a context of n tokens x[0..n-1], `propose(context, k)`
+    returns ([], -1) or (draft, origin) with 0 <= origin < n-1, x[origin] == x[n-1],
+    draft == x[origin+1 : origin+1+len(draft)] and 1 <= len(draft) <= k; it changes nothing in
+    the context. The origin is what attribution follows: an accepted draft token was copied from
+    origin+1+i. Verification, not the drafter, decides what is kept, so any drafter keeps greedy
+    decoding token-identical to plain decoding; a better one only gets more tokens accepted.
+    """
+
+    layers: tuple[int, ...]  # decoder layers whose inputs the drafter reads: context.hidden[L], [capacity, width]
+
+    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
+        """Up to `k` tokens (none when k <= 0) to verify after x[n-1], and the position they follow."""
+        ...
+
+
 def most_recent_best(scores: np.ndarray) -> int:
     """Index of the highest score, the latest one on ties."""
     return len(scores) - 1 - int(np.argmax(scores[::-1]))
 
 
 class NoDraft:
+    """Never drafts: plain decoding through the same loop, the reference every other strategy must equal."""
+
     layers: tuple[int, ...] = ()
 
     def propose(self, context: Context, k: int) -> tuple[list[int], int]:
@@ -143,30 +171,3 @@ class AttentionDraft:
         best_by_max = scores[:, torch.from_numpy(candidates).to(scores.device)].amax(0)
         best = int(candidates[most_recent_best(best_by_max.float().cpu().numpy())])
         return context.continuation(best, k), best
-
-
-@torch.inference_mode()
-def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: dict[int, torch.Tensor],
-                   positions: torch.Tensor) -> torch.Tensor:
-    """Attention probabilities [heads, queries, keys] of the given heads for the query `positions`.
-
-    `hidden[L]` holds the inputs of decoder layer L at those positions ([queries, width]); the
-    keys come from the cache, already rotated, so only the queries need projecting and rotating.
-    """
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    span = int(positions.max()) + 1
-    future = torch.arange(span, device=positions.device)[None, :] > positions[:, None]
-    rows = []
-    for layer, heads in heads_by_layer.items():
-        block = model.model.layers[layer]
-        attention = block.self_attn
-        normed = block.input_layernorm(hidden[layer][None])
-        query = attention.q_proj(normed).view(1, len(positions), -1, attention.head_dim).transpose(1, 2)[:, heads]
-        cos, sin = model.model.rotary_emb(normed, positions[None])
-        query, _ = apply_rotary_pos_emb(query, query, cos, sin)
-        kv_heads = torch.tensor(heads, device=query.device) // attention.num_key_value_groups
-        keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
-        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attention.scaling
-        rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
-    return torch.cat(rows)

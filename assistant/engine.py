@@ -2,8 +2,13 @@
 
     assistant = Assistant("qwen2.5-coder-1.5b", strategy="pld+h", weights="auto")
     for event in assistant.rewrite(document, "fix the bug"):
-        ...  # Queued, Delta (one per decoding step), then one Result
+        ...  # Queued, Delta (one per decoding step, with the running figures), then one Result
     result = assistant.rewrite_text(document, "fix the bug")
+    events = assistant.run(Request(document, "fix the bug", selection=(0, 120), max_new_tokens=200))
+
+The keywords of `rewrite` are the fields of `Request`; a front door checks what it can before
+the model loads with `check_instruction` and `check_strategy`, which raise the RewriteError the
+engine itself would.
 
 A document (or selection) too long for one pass is split and rewritten piece by piece here
 (assistant/long_documents.py), so every front door gets the same plan and the same output
@@ -22,16 +27,18 @@ import threading
 import time
 from collections import deque
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
-from typing import Iterator, Union
+from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
-from . import draft_length, models, tuning
+from . import draft_length, long_documents, models, tuning
 from . import weights as weights_module
-from .draft_length import AdaptiveDraftLength
 from .decoding import Sampling, decode, warm
-from .drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
+from .draft_length import AdaptiveDraftLength
+from .drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
+from .events import Delta, Event, Queued, Result, Stats
+from .long_documents import answer_budget
 from .output import OutputText, Span, merge_spans, missing_final_newline
 from .prefix_cache import PrefixCache, common_prefix
 from .prompts import Prompt, Segment, build_prompt, edit_prompt
@@ -40,14 +47,7 @@ STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
 PREFIX_CACHE_MB = int(os.environ.get("ASSISTANT_PREFIX_CACHE_MB", "512"))  # 0 turns prefix reuse off
 WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
-ANSWER_ROOM, ANSWER_EXTRA = 2, 64  # output budget: twice the text to rewrite, plus a little
 CHAT_BUDGET = 512
-
-
-def answer_budget(target_tokens: int) -> int:
-    """The most new tokens a rewrite of `target_tokens` may need: the one budget every pass and plan uses."""
-    return ANSWER_ROOM * target_tokens + ANSWER_EXTRA
-
 
 log = logging.getLogger("assistant")
 
@@ -57,70 +57,27 @@ class RewriteError(ValueError):
 
 
 @dataclass(frozen=True)
-class Queued:
-    ahead: int  # requests that will run before this one
+class Request:
+    """One rewrite: what to change in which text, and how to decode. A chat turn uses the fields from
+    `strategy` on, its question standing as the document."""
 
-
-@dataclass(frozen=True)
-class Delta:
-    """What one decoding step made visible."""
-
-    text: str
-    tokens: list[Span]  # each newly shown token: its output range and the document range it was copied from
-    new_tokens: int
-    drafted: int
-    accepted: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Stats:
-    new_tokens: int
-    steps: int
-    seconds: float  # generation time, model loading excluded
-    prompt_tokens: int
-    drafted: int
-    accepted: int
-    first_token_seconds: float
+    document: str
+    instruction: str
+    selection: tuple[int, int] | None = None  # a character range: rewrite only that, the rest is context
+    references: tuple[str, ...] = ()  # other texts, shown read-only, that drafts may copy from
+    strategy: str | None = None  # one of STRATEGIES; None: the assistant's
+    max_new_tokens: int | None = None  # per pass (per piece of a long document); None: the output budget
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # the answer ends before the first of these
+    draft_tokens: int | None = None  # a fixed draft length; None: adaptive, up to the assistant's draft ceiling
+    max_piece_tokens: int | None = None  # a long document's pieces; None: as large as fits the context
 
     @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.seconds if self.seconds else 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        """Tokens gained per step (accepted draft tokens plus the model's own), as in the PLD+ paper."""
-        return self.new_tokens / self.steps if self.steps else 0.0
-
-    def to_json(self) -> dict:
-        return {"new_tokens": self.new_tokens, "steps": self.steps, "seconds": round(self.seconds, 4),
-                "tokens_per_second": round(self.tokens_per_second, 2), "mean_accepted": round(self.mean_accepted, 3),
-                "prompt_tokens": self.prompt_tokens, "drafted": self.drafted, "accepted": self.accepted,
-                "first_token_seconds": round(self.first_token_seconds, 4)}
-
-
-@dataclass(frozen=True)
-class Result:
-    text: str
-    spans: list[Span]  # merged: output range -> document range
-    stats: Stats
-    stopped: str  # "eos", "length", "stop" or "cancelled"; of several pieces, the one that did not finish
-    model: str  # the name asked for
-    weights: str  # the format the model's linear layers ran in
-    token_spans: list[Span] = field(default_factory=list, repr=False)  # one per shown token
-    pieces: list[tuple[int, int]] = field(default_factory=list)  # document ranges rewritten one pass each
-
-    @property
-    def finished(self) -> bool:
-        """Whether the answer is complete: no piece stopped on the token limit or was cancelled."""
-        return self.stopped in ("eos", "stop")
-
-    def to_json(self) -> dict:
-        return {"text": self.text, "spans": [s.to_json() for s in self.spans], "stats": self.stats.to_json(),
-                "stopped": self.stopped, "model": self.model, "weights": self.weights}
-
-
-Event = Union[Queued, Delta, Result]
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_k, self.top_p, self.seed)
 
 
 class TurnQueue:
@@ -155,13 +112,18 @@ class TurnQueue:
 
 
 class Assistant:
+    """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
+    model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none)."""
+
     def __init__(self, model: str = models.DEFAULT_MODEL, *, strategy: str = DEFAULT_STRATEGY,
-                 weights: str = weights_module.DEFAULT, device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB):
+                 weights: str = weights_module.DEFAULT, device: str = "auto", prefix_cache_mb: int = PREFIX_CACHE_MB,
+                 draft_ceiling: int | None = None):
         self.strategy = check_strategy(strategy)
         self.model = model
         self.loaded = models.load(model, weights, device)
         self.tuned = tuning.tuned(self.loaded)
-        self.prefixes = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
+        self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
+        self.reuse_prefixes(prefix_cache_mb)
         self._queue = TurnQueue()
         self.forward_costs = draft_length.cached_costs(self.loaded)  # measured once per machine, then read
         self._measuring = None
@@ -170,6 +132,10 @@ class Assistant:
             log.info("measuring this machine's forward costs in the background (once per model and weights)")
             self._measuring = threading.Thread(target=self._measure_costs, name="forward-costs", daemon=True)
             self._measuring.start()
+
+    def reuse_prefixes(self, megabytes: int) -> None:
+        """From now on, reuse recent prompt prefixes kept in a fresh cache of `megabytes` (0: no reuse)."""
+        self.prefixes = PrefixCache(megabytes << 20) if megabytes > 0 else None
 
     def _measure_costs(self) -> None:
         self.forward_costs = draft_length.measure_costs(self.loaded, self._background_turn)
@@ -206,7 +172,7 @@ class Assistant:
             self._measuring.join()
         return self.forward_costs
 
-    def drafter(self, strategy: str):
+    def drafter(self, strategy: str) -> Drafter:
         if strategy == "ar":
             return NoDraft()
         if strategy == "pld":
@@ -220,59 +186,62 @@ class Assistant:
         check_request(document, instruction, selection)
         return edit_prompt(self.loaded.tokenizer, instruction, document, selection, references)
 
+    def chat_prompt(self, question: str, history: tuple[dict, ...] = ()) -> Prompt:
+        """The prompt of a plain chat turn after `history`; attribution points into `question`."""
+        if not isinstance(question, str) or not question.strip():
+            raise RewriteError("the question is empty")
+        return build_prompt(self.loaded.tokenizer, [Segment(question, 0)], system=None, history=history)
+
     def count_tokens(self, text: str) -> int:
         return len(self.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def rewrite(self, document: str, instruction: str, *, selection: tuple[int, int] | None = None,
-                strategy: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
-                top_k: int = 0, top_p: float = 1.0, seed: int | None = None, stop: tuple[str, ...] = (),
-                cancel: threading.Event | None = None, references: tuple[str, ...] = (),
-                draft_tokens: int | None = None, max_piece_tokens: int | None = None) -> Iterator[Event]:
-        """Stream the rewrite of `document` (or of its `selection`, a character range) as events.
+    def rewrite(self, document: str, instruction: str, *, cancel: threading.Event | None = None,
+                **options) -> Iterator[Event]:
+        """Stream the rewrite of `document` as events: `run(Request(document, instruction, **options))`."""
+        return self.run(Request(document, instruction, **options), cancel)
 
-        A text too long for one pass is rewritten in pieces (of at most `max_piece_tokens`, when
-        given), `max_new_tokens` applying to each; the events read as one rewrite of the whole.
-        A bad request raises RewriteError here, before anything runs; closing the returned
-        iterator early releases the model for the next request.
+    def run(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Stream the rewrite of the request's document (or of its selection) as events.
+
+        A text too long for one pass is rewritten in pieces, `max_new_tokens` applying to each; the
+        events read as one rewrite of the whole. A bad request raises RewriteError here, before
+        anything runs; closing the returned iterator early releases the model for the next request.
         """
-        from . import long_documents  # it builds on this module
-
-        check_request(document, instruction, selection)
-        references = tuple(references)
+        document, selection = request.document, request.selection
+        check_request(document, request.instruction, selection)
 
         def one_pass(part: tuple[int, int] | None) -> Iterator[Event]:
-            prompt = self.prompt(document, instruction, part, references)
-            return self._start(prompt, document, part or (0, len(document)), strategy, max_new_tokens, temperature,
-                               top_k, top_p, seed, stop, cancel, draft_tokens)
+            prompt = self.prompt(document, request.instruction, part, request.references)
+            return self._start(prompt, request, part or (0, len(document)), cancel)
 
         region = selection or (0, len(document))
-        pieces = long_documents.plan(self, document, instruction, selection, references, max_piece_tokens)
+        pieces = long_documents.plan(self, document, request.instruction, selection, request.references,
+                                     request.max_piece_tokens)
         if pieces == [region]:
             return one_pass(selection)
         return long_documents.rewrite(document, region, pieces, one_pass, cancel)
 
-    def chat(self, question: str, *, history: tuple[dict, ...] = (), strategy: str | None = None,
-             max_new_tokens: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int | None = None, stop: tuple[str, ...] = (), cancel: threading.Event | None = None,
-             draft_tokens: int | None = None) -> Iterator[Event]:
-        """Answer a plain chat turn (the benchmark's Spec-Bench tasks); attribution points into `question`."""
-        if not isinstance(question, str) or not question.strip():
-            raise RewriteError("the question is empty")
-        prompt = build_prompt(self.loaded.tokenizer, [Segment(question, 0)], system=None, history=history)
-        return self._start(prompt, question, None, strategy, max_new_tokens, temperature, top_k, top_p, seed,
-                           stop, cancel, draft_tokens)
+    def chat(self, question: str, *, history: tuple[dict, ...] = (), cancel: threading.Event | None = None,
+             **options) -> Iterator[Event]:
+        """Answer a plain chat turn (the benchmark's Spec-Bench tasks); `options` are Request's fields from
+        `strategy` on; attribution points into `question`."""
+        prompt = self.chat_prompt(question, history)
+        return self._start(prompt, Request(question, "", **options), None, cancel)
 
-    def _start(self, prompt: Prompt, document: str, target: tuple[int, int] | None, strategy, max_new_tokens,
-               temperature, top_k, top_p, seed, stop, cancel, draft_tokens) -> Iterator[Event]:
-        strategy = check_strategy(strategy or self.strategy)
+    def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
+               cancel: threading.Event | None) -> Iterator[Event]:
+        """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn)."""
+        strategy = check_strategy(request.strategy or self.strategy)
         room = self.loaded.context_length - len(prompt.ids)
+        max_new_tokens = request.max_new_tokens
         if max_new_tokens is None:
-            max_new_tokens = min(room, answer_budget(self.count_tokens(document[slice(*target)])) if target
+            max_new_tokens = min(room, answer_budget(self.count_tokens(request.document[slice(*target)])) if target
                                  else CHAT_BUDGET)
-        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, temperature, top_k, top_p)
-        generation = self._generate(prompt, document, target, self.drafter(strategy), max_new_tokens,
-                                    Sampling(temperature, top_k, top_p, seed), tuple(stop), cancel,
-                                    draft_tokens or AdaptiveDraftLength(self.forward_costs, self.tuned.draft_tokens))
+        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, request.temperature,
+                         request.top_k, request.top_p)
+        draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling)
+        generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
+                                    cancel)
         return self._in_turn(generation, cancel)
 
     def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:
@@ -285,18 +254,24 @@ class Assistant:
             generation.close()
             self._queue.leave(ticket)
 
-    def _generate(self, prompt: Prompt, document: str, target: tuple[int, int] | None, drafter,
-                  max_new_tokens: int, sampling: Sampling, stop: tuple[str, ...], cancel,
-                  draft_tokens) -> Iterator[Event]:
-        output = OutputText(self.loaded.tokenizer, document, stop, prompt.fence)
+    def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
+                  max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
+                  cancel: threading.Event | None) -> Iterator[Event]:
+        document = request.document
+        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
         started = time.perf_counter()
         first_token = None
         steps = drafted = accepted = 0
         stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
+
+        def totals() -> Stats:
+            return Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
+                         first_token or 0.0)
+
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
-                            draft_tokens=draft_tokens, sampling=sampling, eos=self.loaded.eos, cancel=cancel,
+                            draft_tokens=draft_tokens, sampling=request.sampling, eos=self.loaded.eos, cancel=cancel,
                             prefixes=self.prefixes)) as steps_iter:
             for step in steps_iter:
                 steps += 1
@@ -307,7 +282,7 @@ class Assistant:
                 spans = positions[len(positions) - len(step.sources):]
                 text, tokens = output.add(step.tokens, spans)
                 shown += tokens
-                yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds)
+                yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds, totals())
                 if output.ended:
                     stopped = output.ended
                     break
@@ -319,12 +294,25 @@ class Assistant:
         final = output.text
         newline = missing_final_newline(final, document[slice(*target)] if target else "", stopped == "eos")
         text, final = text + newline, final + newline
+        stats = totals()
         if text:
-            yield Delta(text, tokens, 0, 0, 0, 0.0)
-        stats = Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
-                      first_token or 0.0)
+            yield Delta(text, tokens, 0, 0, 0, 0.0, stats)
         yield Result(final, merge_spans(shown), stats, stopped, self.model, self.loaded.weights, shown,
                      [target] if target else [])
+
+    def shown(self, prompt: Prompt, document: str, target: tuple[int, int] | None,
+              tokens: list[int]) -> tuple[str, int]:
+        """What a pass would show had the model made `tokens` (cut at EOS and where the answer ends, the final
+        newline as a rewrite adds it) and how many of them it would count: so that the bench compares
+        another generator's output exactly."""
+        ended = next((i for i, t in enumerate(tokens) if t in self.loaded.eos), None)
+        tokens = tokens[:ended]
+        output = OutputText(self.loaded.tokenizer, document, fence=prompt.fence)
+        output.add(tokens, [None] * len(tokens))
+        output.finish()
+        target_text = document[slice(*target)] if target else ""
+        newline = missing_final_newline(output.text, target_text, ended is not None or output.ended == "eos")
+        return output.text + newline, output.tokens
 
     def rewrite_text(self, document: str, instruction: str, **options) -> Result:
         """Run a rewrite to the end and return its Result."""
@@ -341,16 +329,23 @@ def result_of(events: Iterator[Event]) -> Result:
 
 
 def check_strategy(strategy: str) -> str:
+    """The strategy, if the engine has it; a front door may check it before the model loads."""
     if strategy not in STRATEGIES:
         raise RewriteError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     return strategy
 
 
+def check_instruction(instruction: str) -> str:
+    """The instruction, if it says something; a front door may check it before the model loads."""
+    if not instruction.strip():
+        raise RewriteError("the instruction is empty: say what to change")
+    return instruction
+
+
 def check_request(document: str, instruction: str, selection: tuple[int, int] | None) -> None:
     if not isinstance(document, str) or not isinstance(instruction, str):
         raise RewriteError("document and instruction must be text")
-    if not instruction.strip():
-        raise RewriteError("the instruction is empty: say what to change")
+    check_instruction(instruction)
     if not document.strip():
         raise RewriteError("the document is empty: there is nothing to rewrite")
     if "\x00" in document:

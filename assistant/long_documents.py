@@ -10,27 +10,39 @@ whitespace around it (the seams) is kept verbatim, because models tend to drop l
 trailing newlines and the seams would otherwise fuse.
 
 The engine (`Assistant.rewrite`) plans and calls this for every front door, with one output
-budget (engine.answer_budget). `rewrite` yields the engine's own events: Deltas whose texts,
-joined, are the new region (the whole document or the selection), with output offsets in that
-new text and source offsets in the whole old document, then one Result for the region whose
-`stopped` is "length" or "cancelled" if any piece did not finish. Kept text comes as Deltas
-without new tokens whose span attributes it to its own place in the document (it is a verbatim
-copy); the stats count generated tokens only.
+budget (`answer_budget`, here because `plan` inverts it). `rewrite` yields the engine's own
+events: Deltas whose texts, joined, are the new region (the whole document or the selection),
+with output offsets in that new text and source offsets in the whole old document, then one
+Result for the region whose `stopped` is "length" or "cancelled" if any piece did not finish.
+Kept text comes as Deltas without new tokens whose span attributes it to its own place in the
+document (it is a verbatim copy); the stats count generated tokens only, and every Delta's
+running totals cover the pieces before it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from typing import Callable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from .engine import ANSWER_EXTRA, ANSWER_ROOM, Assistant, Delta, Event, Queued, Result, Stats, answer_budget
+from .events import Delta, Event, Queued, Result, Stats
 from .output import Span, merge_spans
+
+if TYPE_CHECKING:  # the annotation only: the engine imports this module
+    from .engine import Assistant
+
+ANSWER_ROOM, ANSWER_EXTRA = 2, 64  # output budget: twice the text to rewrite, plus a little
 
 # A line that starts a top-level definition, a heading or a decorator: a good place to cut before.
 TOP_LEVEL = re.compile(r"(def |class |async def |@|#|function |fn |pub |impl |struct |func |[A-Za-z_][\w.]* = )")
 
 Piece = tuple[int, int]
+
+
+def answer_budget(target_tokens: int) -> int:
+    """The most new tokens a rewrite of `target_tokens` may need: the one budget every pass and plan uses."""
+    return ANSWER_ROOM * target_tokens + ANSWER_EXTRA
 
 
 def lines_of(text: str, start: int, end: int) -> list[Piece]:
@@ -125,7 +137,7 @@ def _stitch(requests, tail: tuple[int, str], cancel, pieces) -> Iterator[Event]:
         span = Span((len(text), len(text) + len(kept)), (start, start + len(kept)))
         text += kept
         shown.append(span)
-        return Delta(kept, [span], 0, 0, 0, 0.0)
+        return Delta(kept, [span], 0, 0, 0, 0.0, combined([r.stats for r in results]))
 
     try:
         for start, kept, events in requests:
@@ -139,7 +151,7 @@ def _stitch(requests, tail: tuple[int, str], cancel, pieces) -> Iterator[Event]:
                     tokens = [shifted(span, base) for span in event.tokens]
                     shown += tokens
                     text += event.text
-                    yield Delta(event.text, tokens, event.new_tokens, event.drafted, event.accepted, event.seconds)
+                    yield replace(event, tokens=tokens, totals=combined([r.stats for r in results] + [event.totals]))
                 else:
                     results.append(event)
             if cancel is not None and cancel.is_set():
@@ -151,19 +163,19 @@ def _stitch(requests, tail: tuple[int, str], cancel, pieces) -> Iterator[Event]:
         for _, _, events in requests:
             events.close()
     model, weights = (results[0].model, results[0].weights) if results else ("", "")
-    yield Result(text, merge_spans(shown), combined(results), stopped(results, len(requests)), model, weights, shown,
-                 pieces)
+    yield Result(text, merge_spans(shown), combined([r.stats for r in results]), stopped(results, len(requests)),
+                 model, weights, shown, pieces)
 
 
 def shifted(span: Span, by: int) -> Span:
     return Span((span.output[0] + by, span.output[1] + by), span.source)
 
 
-def combined(results: list[Result]) -> Stats:
+def combined(parts: list[Stats]) -> Stats:
     def total(name: str):
-        return sum(getattr(result.stats, name) for result in results)
+        return sum(getattr(part, name) for part in parts)
     return Stats(total("new_tokens"), total("steps"), total("seconds"), total("prompt_tokens"), total("drafted"),
-                 total("accepted"), results[0].stats.first_token_seconds if results else 0.0)
+                 total("accepted"), parts[0].first_token_seconds if parts else 0.0)
 
 
 def stopped(results: list[Result], expected: int) -> str:

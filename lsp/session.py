@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from assistant import Delta, Queued, aio
+from assistant import Delta, Queued, RewriteError, aio, check_instruction
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
 
@@ -100,8 +100,10 @@ async def answer_within(ls: AssistantServer, request):
 
 async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types.Range | None) -> dict:
     """Run one rewrite, streaming it into the buffer; returns the engine's result plus the URI."""
-    if not instruction.strip():
-        raise JsonRpcInvalidParams("the instruction is empty")
+    try:
+        check_instruction(instruction)
+    except RewriteError as error:
+        raise JsonRpcInvalidParams(str(error)) from error
     check_text("the instruction", instruction)
     document = open_document(ls, uri)
     text = document.source
@@ -165,8 +167,6 @@ async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
     the answer if it finished, else the original target text, so no unfinished answer stays."""
     received = aio.events(events, job.cancel)
     output, token_spans, written, last_edit = "", [], None, 0.0
-    new_tokens = steps = 0
-    seconds = 0.0
     result = failure = None
     async with progress(ls, "Assistant rewrite", "starting", job.cancel) as bar:
         async for event in received:
@@ -177,10 +177,9 @@ async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
             elif isinstance(event, Delta):
                 output += event.text
                 token_spans += event.tokens
-                new_tokens, steps, seconds = new_tokens + event.new_tokens, steps + 1, seconds + event.seconds
                 if time.monotonic() - last_edit >= EDIT_INTERVAL and output != written and job.held:
-                    bar.report(f"{new_tokens / seconds if seconds else 0:.0f} tokens/s, "
-                               f"{new_tokens / steps:.2f} tokens per step")
+                    bar.report(f"{event.totals.tokens_per_second:.0f} tokens/s, "
+                               f"{event.totals.mean_accepted:.2f} tokens per step")
                     await write(ls, job, output, token_spans)
                     written, last_edit = output, time.monotonic()
             else:

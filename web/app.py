@@ -28,7 +28,7 @@ from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, aio
+from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, aio, check_strategy
 from assistant.tools import data
 
 STATIC = Path(__file__).parent / "static"
@@ -61,9 +61,7 @@ class RewriteRequest(BaseModel):
     @field_validator("strategy")
     @classmethod
     def known_strategy(cls, value: str | None) -> str | None:
-        if value is not None and value not in STRATEGIES:
-            raise ValueError(f"unknown strategy {value!r}: use one of {', '.join(STRATEGIES)}")
-        return value
+        return value if value is None else check_strategy(value)  # RewriteError is a ValueError
 
 
 class SpanModel(BaseModel):

@@ -30,7 +30,7 @@ from rich.progress import BarColumn, Progress as Bar, TaskProgressColumn, TextCo
 from rich.text import Text
 
 from .. import atomic
-from ..engine import Assistant, Delta, Result, RewriteError
+from ..engine import Assistant, Delta, Result, RewriteError, check_instruction
 from ..models import ModelError
 from ..output import Span
 from .options import add_model_options, interrupt_on_sigterm
@@ -156,9 +156,10 @@ def check_options(args) -> str:
             instruction = args.instruction_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise Refused(f"cannot read the instruction file {args.instruction_file}: {error}") from None
-    if not instruction.strip():
-        raise Refused("the instruction is empty: say what to change")
-    return instruction
+    try:
+        return check_instruction(instruction)
+    except RewriteError as error:
+        raise Refused(str(error)) from None
 
 
 def check_target(path: Path, flag: str) -> None:
@@ -295,11 +296,9 @@ def summary(result, steps: list) -> str:
     Plain decoding takes one step per token; a step here that drafted nothing is such a plain step,
     so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent."""
     stats = result.stats
-    copied = sum(b - a for a, b in (span.output for span in result.spans))
-    share = copied / len(result.text) if result.text else 0.0
     plain = [seconds for drafted, seconds in steps if drafted == 0]
     spent = sum(seconds for _, seconds in steps)
-    line = (f"{share:.0%} of the text copied from the file, {stats.new_tokens} tokens in {stats.steps} steps, "
+    line = (f"{result.copied_share:.0%} of the text copied from the file, {stats.new_tokens} tokens in {stats.steps} steps, "
             f"{stats.tokens_per_second:.1f} tokens/s, {stats.mean_accepted:.2f} tokens/step")
     if plain and spent:
         speedup = stats.new_tokens * (sum(plain) / len(plain)) / spent
@@ -349,7 +348,7 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
                                max_piece_tokens=args.max_piece_tokens)
     region = source.selection or (0, len(source.text))
     progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
-    steps, tokens, spent, shown, result = [], 0, 0.0, 0, None  # shown: characters of the answer streamed
+    steps, shown, result = [], 0, None  # shown: characters of the answer streamed
     if stream_to_terminal:
         console.print(kept(source.text[:region[0]]), end="")
     try:
@@ -357,8 +356,7 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
             if isinstance(event, Delta):
                 if event.new_tokens:
                     steps.append((event.drafted, event.seconds))
-                    tokens, spent = tokens + event.new_tokens, spent + event.seconds
-                progress.update(event, f"{tokens / spent if spent else 0.0:.1f} tokens/s")
+                progress.update(event, f"{event.totals.tokens_per_second:.1f} tokens/s")
                 if stream_to_terminal:
                     console.print(styled(event.text, event.tokens, shown), end="")
                 shown += len(event.text)

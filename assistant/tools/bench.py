@@ -45,9 +45,7 @@ from rich.table import Table
 
 from .. import models, weights
 from ..engine import PREFIX_CACHE_MB, Delta, Result, RewriteError, result_of
-from ..output import OutputText, missing_final_newline
-from ..prefix_cache import PrefixCache
-from ..prompts import Segment, build_prompt
+from ..output import OutputText
 from . import data, sandbox
 from .attribution_quality import quality
 
@@ -75,7 +73,6 @@ class Plan:
     records: list[data.Record]  # task by task, `samples` each, spread over the task's sources
     max_new_tokens: int
     out: Path
-    max_draft: int | None  # None: the model's tuned draft ceiling
 
 
 def split_list(text: str) -> list[str]:
@@ -112,7 +109,7 @@ def plan(args) -> Plan:
             raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
         records += data.sample(available, args.samples)
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out, args.max_draft)
+    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out)
 
 
 # --- running one strategy on one record -----------------------------------------------------------
@@ -225,21 +222,12 @@ class Runner:
     def prompt(self, record: data.Record):
         if record.is_edit:
             return self.assistant.prompt(record.document, record.instruction)
-        return build_prompt(self.assistant.loaded.tokenizer, [Segment(record.document, 0)], system=None,
-                            history=self.history(record))
+        return self.assistant.chat_prompt(record.document, self.history(record))
 
     def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
-        """What the engine would show for these tokens and how many of them it would count (closing
-        fence, EOS and final newline handling included), so that an external generator compares exactly."""
-        eos = self.assistant.loaded.eos
-        ended = next((i for i, t in enumerate(tokens) if t in eos), None)
-        tokens = tokens[:ended]
-        output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
-        output.add(tokens, [None] * len(tokens))
-        output.finish()
-        target = record.document if record.is_edit else ""
-        newline = missing_final_newline(output.text, target, ended is not None or output.ended == "eos")
-        return output.text + newline, output.tokens
+        """What the engine would show for these tokens and how many of them it would count."""
+        target = (0, len(record.document)) if record.is_edit else None
+        return self.assistant.shown(prompt, record.document, target, tokens)
 
     def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
         model, tokenizer = self.assistant.loaded.model, self.assistant.loaded.tokenizer
@@ -336,14 +324,14 @@ def prefix_reuse(runner: Runner, record: data.Record) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
     after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
     assistant = runner.assistant
-    assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+    assistant.reuse_prefixes(PREFIX_CACHE_MB)
     try:
         cold, warm = (runner.engine(assistant.strategy, record, 1).first_token_seconds for _ in range(2))
-        assistant.prefixes = PrefixCache(PREFIX_CACHE_MB << 20)
+        assistant.reuse_prefixes(PREFIX_CACHE_MB)
         assistant.warm(record.document)
         idle = runner.engine(assistant.strategy, record, 1).first_token_seconds
     finally:
-        assistant.prefixes = None
+        assistant.reuse_prefixes(0)
     return {"task": record.task, "id": record.id, "strategy": PREFIX_REUSE, "cold_first_token_seconds": cold,
             "warm_first_token_seconds": warm, "idle_first_token_seconds": idle}
 
@@ -515,7 +503,7 @@ def environment(assistant, max_new_tokens: int) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
             "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
-            "max_new_tokens": max_new_tokens, "max_draft": assistant.tuned.draft_tokens,
+            "max_new_tokens": max_new_tokens, "max_draft": assistant.draft_ceiling,
             "command": " ".join(sys.argv)}
 
 
@@ -539,8 +527,6 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
     """Measure the plan with `assistant` (prefix reuse off) and write the results; `load(weights)` makes
     another Assistant of `model` for a strategy on other weights. True when Ctrl-C cut the run short."""
     assistant.measured_costs()  # a first run measures them now, not while strategies are timed
-    if plan_.max_draft is not None:
-        assistant.tuned.draft_tokens = plan_.max_draft
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens, model, load)
     env = environment(assistant, plan_.max_new_tokens)

@@ -21,8 +21,9 @@ import torch
 from transformers import DynamicCache
 
 from .. import models
+from ..attention import head_attention
 from ..draft_length import AdaptiveDraftLength
-from ..drafters import Context, NgramDraft, head_attention
+from ..drafters import Context, NgramDraft
 from ..prefix_cache import common_prefix
 from ..tuning import Tuned, tuned
 
