@@ -122,6 +122,8 @@ def test_ws_streams_and_reports_bad_input(client):
     done = messages[-1]
     assert done["strategy"] == "ar" and "".join(m["text"] for m in messages if m["type"] == "delta") == done["text"]
     assert {"tokens_per_second", "mean_accepted", "new_tokens", "steps"} <= set(done["stats"])
+    last_step = [m for m in messages if m["type"] == "step"][-1]  # the engine's running figures, as the page shows them
+    assert last_step["totals"]["new_tokens"] == done["stats"]["new_tokens"]
 
 
 # ---------------------------------------------------------------- a real server, the websockets client

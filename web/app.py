@@ -215,7 +215,8 @@ def event_messages(event) -> list[dict]:
         messages = [{"type": "delta", "text": event.text, "tokens": [span_json(s) for s in event.tokens]}]
         if event.new_tokens:
             messages.append({"type": "step", "new_tokens": event.new_tokens, "drafted": event.drafted,
-                             "accepted": event.accepted, "seconds": round(event.seconds, 5)})
+                             "accepted": event.accepted, "seconds": round(event.seconds, 5),
+                             "totals": event.totals.to_json()})  # the engine's running figures, shown as they are
         return messages
     return []
 

@@ -159,7 +159,7 @@ function onMessage(msg) {
     appendTokens(msg.tokens);
   } else if (msg.type === "step") {
     run.steps.push(msg);
-    updateFigures();
+    updateFigures(msg.totals);
     drawChart();
   } else if (msg.type === "done") {
     onDone(msg);
@@ -342,17 +342,12 @@ function resetFigures() {
   drawChart();
 }
 
-function updateFigures(stats) {
-  const steps = run.steps;
-  const tokens = stats ? stats.new_tokens : steps.reduce((n, s) => n + s.new_tokens, 0);
-  const seconds = steps.reduce((n, s) => n + s.seconds, 0);
-  const tps = stats ? stats.tokens_per_second : (seconds > 0 ? tokens / seconds : 0);
-  const perStep = stats ? stats.mean_accepted : (steps.length ? tokens / steps.length : 0);
+function updateFigures(stats) {  // the engine's running figures (a step's totals, then the result's)
   const copied = run.tokens.filter((t) => t.source).length;
-  $("fig-tps").textContent = tps.toFixed(1);
-  $("fig-accepted").textContent = perStep.toFixed(2);
+  $("fig-tps").textContent = stats.tokens_per_second.toFixed(1);
+  $("fig-accepted").textContent = stats.mean_accepted.toFixed(2);
   $("fig-copied").textContent = run.tokens.length ? `${Math.round((100 * copied) / run.tokens.length)}%` : "–";
-  $("fig-tokens").textContent = String(tokens);
+  $("fig-tokens").textContent = String(stats.new_tokens);
 }
 
 function drawChart() {
