@@ -171,3 +171,23 @@ def test_page_marks_a_failed_answer(browser):
             assert page.locator("#output span").count() == 2  # what came before the failure, marked
         finally:
             page.close()
+
+
+def test_samples_arriving_late_never_replace_what_the_user_typed(fake_url, browser):
+    """The first sample fills an empty page only: a paste made before the samples load is kept."""
+    page = browser.new_page()
+    held = []
+    page.route("**/api/samples", lambda route: held.append(route))  # answered only once the user has typed
+    try:
+        page.goto(fake_url + "/")
+        page.wait_for_function("document.readyState === 'complete'")
+        page.fill("#document", "my own text\n")
+        page.fill("#instruction", "Copy it.")
+        while not held:
+            page.wait_for_timeout(50)
+        held[0].continue_()
+        page.wait_for_function("document.querySelectorAll('#sample option').length >= 2")
+        assert page.input_value("#document") == "my own text\n"
+        assert page.input_value("#instruction") == "Copy it."
+    finally:
+        page.close()

@@ -51,7 +51,8 @@ async function pollHealth() {
 async function loadSamples() {
   samples = await (await fetch("/api/samples")).json();
   samples.forEach((s, i) => els.sample.add(new Option(`${s.id} (${s.task}, ${s.document.length} chars)`, i)));
-  if (samples.length) pickSample(0);
+  // A first sample fills an empty page only: what the user typed or pasted meanwhile is never replaced.
+  if (samples.length && !els.doc.value && !els.instruction.value) pickSample(0);
 }
 
 function pickSample(i) {
