@@ -290,7 +290,11 @@ def test_interrupted_in_place_leaves_the_original(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_generation(process)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"still running 60 s after SIGINT; its stderr: {process.communicate()[1][-3000:]}")
     assert process.returncode == 130 and "interrupted" in stderr
     assert path.read_text() == text
     assert leftovers(tmp_path) == [] and not (tmp_path / "many.py~").exists()
