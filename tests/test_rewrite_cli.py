@@ -287,7 +287,9 @@ def test_interrupted_in_place_leaves_the_original(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i",
                                 "Add a docstring to every function.", "--in-place", "--max-new-tokens", "1000",
                                 "--weights", "float16"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               # as from a terminal: an ignored SIGINT in this process would be inherited
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_generation(process)
     process.send_signal(signal.SIGINT)
     try:
