@@ -264,11 +264,8 @@ class Runner:
 def llama_gguf(model: str) -> Path:
     """The GGUF file llama.cpp reads for `--model`: a .gguf path as given, or an embedded model's
     weights, joined once into the cache when they ship in parts."""
-    if model in models.EMBEDDED:
-        embedded = models.EMBEDDED[model]
-        return models.joined_gguf(embedded.gguf_parts(), embedded.sha256, model)
-    path = Path(model).expanduser()
-    if path.suffix != ".gguf" or not path.is_file():
+    path = models.gguf_file(model)
+    if path is None:
         raise BenchError(f"llama-cpp reads GGUF weights: --model {model!r} is neither an embedded model "
                          f"nor a .gguf file")
     return path
