@@ -82,10 +82,11 @@ class AdaptiveDraftLength:
 PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5}
 CONTEXT = 256  # tokens before the measured forwards, prefilled in chunks of this many
 CHUNK = 64
+FORWARD = 2  # in the cache key; raised when the forward's speed changes (2: attention.few_queries)
 
 
 def costs_path(loaded: models.LoadedModel) -> Path:
-    key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-{loaded.weights}"
+    key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-f{FORWARD}-{loaded.weights}"
            f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
     return models.cache_root() / "costs" / f"{key.replace('/', '--')}.json"
 

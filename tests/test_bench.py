@@ -20,7 +20,7 @@ from rich.console import Console
 from assistant import cli, models
 from assistant.cli import bench as bench_command
 from assistant.output import Span
-from assistant.tools import bench, data
+from assistant.tools import bench, data, step_costs
 from assistant.tools.attribution_quality import Quality, alignment, quality
 
 
@@ -157,6 +157,12 @@ def split_parts(tmp_path, content: bytes, count: int) -> list[Path]:
     return parts
 
 
+def test_the_step_context_is_real_text_cut_to_the_model():
+    tokenizer = lambda text: argparse.Namespace(input_ids=[ord(c) for c in text])  # noqa: E731
+    assert step_costs.context_ids(tokenizer, ["ab", "c"], 1 << 15) == [ord(c) for c in "ab\n\nc" * 300]
+    assert len(step_costs.context_ids(tokenizer, ["ab"], 512)) == 512 - step_costs.VERIFY - 1
+
+
 def test_split_gguf_is_joined_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))
     content = b"GGUF" + bytes(range(256)) * 40
@@ -263,6 +269,10 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     assert {(s["task"], s["strategy"]) for s in summary["results"]} == {
         ("text-edit", "ar"), ("text-edit", "pld"), ("text-edit", "hf-pld")}
     assert [s["task"] for s in summary["prefix_reuse"]] == ["text-edit"]
+    [(name, costs)] = summary["step_costs"].items()
+    assert name == "engine float32" and costs["context"] == step_costs.CONTEXT
+    assert 0 < costs["step_seconds"] and 0 < costs["verify_seconds"] and 0 < costs["prefill_seconds"]  # no claims
+    assert costs["step_vs_llama_cpp"] is None
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -333,6 +343,9 @@ def check_llama_cpp_run(rows: list, summary: dict, gguf: Path) -> None:
     assert 1 <= rows[1]["new_tokens"] <= 8 and 0 < rows[1]["first_token_seconds"] <= rows[1]["seconds"]
     results = {s["strategy"]: s for s in summary["results"]}
     assert results["llama-cpp"]["vs_llama_cpp"] == pytest.approx(1.0)
+    costs = summary["step_costs"]
+    assert set(costs) == {"engine float32", "llama-cpp"} and costs["llama-cpp"]["step_vs_llama_cpp"] == 1.0
+    assert costs["engine float32"]["step_vs_llama_cpp"] > 0 and costs["engine float32"]["prefill_vs_llama_cpp"] > 0
     assert results["ar"]["vs_llama_cpp"] > 0  # no timing claims
 
 

@@ -46,7 +46,7 @@ from rich.table import Table
 from .. import models, weights
 from ..engine import PREFIX_CACHE_MB, Delta, Result, RewriteError, result_of
 from ..output import OutputText
-from . import data, sandbox
+from . import data, sandbox, step_costs
 from .attribution_quality import quality
 
 ENGINE_STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
@@ -207,6 +207,20 @@ class Runner:
                     return Run(event.text, stats.new_tokens, stats.seconds, stats.steps, stats.first_token_seconds,
                                per_step, event.token_spans)
         raise AssertionError("the engine ended without a result")
+
+    def forward_costs(self, records: list[data.Record]) -> dict[str, dict]:
+        """The cost of a forward (`step_costs`) for each weights loaded and for llama.cpp, after the same
+        context made of the records' text."""
+        loaded = self.assistant.loaded
+        ids = step_costs.context_ids(loaded.tokenizer, [r.document for r in records], loaded.context_length)
+        costs = {f"engine {a.loaded.weights}": step_costs.engine(a.loaded.model, ids)
+                 for a in (self.assistant, *self.others.values())}
+        if self.llama is not None:
+            costs[LLAMA_CPP] = step_costs.llama_cpp(self.llama, ids)
+        llama = costs.get(LLAMA_CPP)
+        return {name: {**c.as_dict(), "step_vs_llama_cpp": ratio(llama.step_seconds, c.step_seconds) if llama else None,
+                       "prefill_vs_llama_cpp": ratio(llama.prefill_seconds, c.prefill_seconds) if llama else None}
+                for name, c in costs.items()}
 
     def history(self, record: data.Record) -> tuple[dict, ...]:
         """MT-Bench earlier turns with the model's own (greedy, untimed) answers, made once per record."""
@@ -464,6 +478,19 @@ def prefix_table(summary: list[dict]) -> Table:
     return t
 
 
+def step_table(costs: dict[str, dict]) -> Table:
+    t = Table(title=f"the cost of a forward after the same context (best of {step_costs.STEP_REPEATS}; "
+                    f"prefill best of {step_costs.PREFILL_REPEATS})")
+    for name in ("forward of", "context", "prefill", "one-token step", f"{step_costs.VERIFY}-token verification",
+                 "verification / step", "step vs llama.cpp", "prefill vs llama.cpp"):
+        t.add_column(name, justify="left" if name == "forward of" else "right")
+    for name, c in costs.items():
+        t.add_row(name, str(c["context"]), fmt(c["prefill_seconds"], ".2f", "s"),
+                  fmt(c["step_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_over_step"], ".2f", "x"),
+                  fmt(c["step_vs_llama_cpp"], ".2f", "x"), fmt(c["prefill_vs_llama_cpp"], ".2f", "x"))
+    return t
+
+
 def chart(summary: list[dict], rows: list[dict], path: Path) -> None:
     tasks = list(dict.fromkeys(s["task"] for s in summary))
     strategies = list(dict.fromkeys(s["strategy"] for s in summary))
@@ -507,14 +534,17 @@ def environment(assistant, max_new_tokens: int) -> dict:
             "command": " ".join(sys.argv)}
 
 
-def finish(plan_: Plan, runner: Runner, rows: list[dict], env: dict, interrupted: bool, console) -> None:
+def finish(plan_: Plan, runner: Runner, rows: list[dict], costs: dict[str, dict], env: dict, interrupted: bool,
+           console) -> None:
     summary = summarize(rows, plan_.tasks, plan_.strategies)
     reuse = summarize_prefix_reuse(rows, plan_.tasks)
     (plan_.out / "summary.json").write_text(json.dumps(
         {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable,
-         "llama_cpp": runner.llama_info or None, "results": summary,
+         "llama_cpp": runner.llama_info or None, "step_costs": costs, "results": summary,
          "prefix_reuse": reuse}, indent=1) + "\n")
     chart(summary, rows, plan_.out / "chart.png")
+    if costs:
+        console.print(step_table(costs))
     console.print(table(summary, runner.unavailable))
     if reuse:
         console.print(prefix_table(reuse))
@@ -533,11 +563,14 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
     if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
+    costs: dict[str, dict] = {}
     interrupted = False
     # Piped output would be cut to 80 columns, too narrow for the table.
     console, progress_console = Console(width=None if sys.stdout.isatty() else 180), Console(stderr=True)
     try:
         strategies = runner.warm_up(runner.check(plan_.strategies), plan_.records[0])
+        progress_console.print(f"measuring the cost of a forward after {step_costs.CONTEXT} tokens of context")
+        costs = runner.forward_costs(plan_.records)
         with open(plan_.out / "rows.jsonl", "w") as jsonl, \
                 Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                          console=progress_console) as progress:
@@ -567,5 +600,5 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
     except KeyboardInterrupt:
         interrupted = True
         progress_console.print("interrupted: summarizing what was measured")
-    finish(plan_, runner, rows, env, interrupted, console)
+    finish(plan_, runner, rows, costs, env, interrupted, console)
     return interrupted
