@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,23 +108,30 @@ def valid_costs(saved) -> dict[int, float] | None:
     return costs if set(costs) == set(COST_SIZES) and all(0 < c < float("inf") for c in costs.values()) else None
 
 
-def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext) -> dict[int, float]:
+def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext,
+                  cancel: threading.Event | None = None) -> dict[int, float] | None:
     """Relative cost of a forward over n tokens after a 256-token context; saved for the next start.
 
     Every forward runs inside `turn()`, so a caller can interleave real work between them (the
-    engine measures in the background, one forward per turn in its request queue).
+    engine measures in the background, one forward per turn in its request queue). Once `cancel`
+    is set no forward starts, nothing is saved, and None is returned.
     """
+    stopped = lambda: cancel is not None and cancel.is_set()  # noqa: E731
     model = loaded.model
     cache = preallocated_cache(model, CONTEXT + max(COST_SIZES))
     ids = lambda n: torch.ones(1, n, dtype=torch.long, device=model.device)  # noqa: E731
     with torch.inference_mode():
         for _ in range(CONTEXT // CHUNK):
             with turn():
+                if stopped():
+                    return None
                 model(input_ids=ids(CHUNK), past_key_values=cache)
         seconds = {n: float("inf") for n in COST_SIZES}
         for _ in range(7):  # sizes interleaved and the fastest run kept: robust to other load
             for n in COST_SIZES:
                 with turn():
+                    if stopped():
+                        return None
                     started = time.perf_counter()
                     model(input_ids=ids(n), past_key_values=cache, logits_to_keep=n)
                     if model.device.type == "cuda":

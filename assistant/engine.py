@@ -127,6 +127,7 @@ class Assistant:
         self._queue = TurnQueue()
         self.forward_costs = draft_length.cached_costs(self.loaded)  # measured once per machine, then read
         self._measuring = None
+        self._closing = threading.Event()
         if self.forward_costs is None:
             self.forward_costs = draft_length.PRIOR
             log.info("measuring this machine's forward costs in the background (once per model and weights)")
@@ -138,7 +139,16 @@ class Assistant:
         self.prefixes = PrefixCache(megabytes << 20) if megabytes > 0 else None
 
     def _measure_costs(self) -> None:
-        self.forward_costs = draft_length.measure_costs(self.loaded, self._background_turn)
+        costs = draft_length.measure_costs(self.loaded, self._background_turn, self._closing)
+        self.forward_costs = costs or self.forward_costs
+
+    def close(self) -> None:
+        """Stop background work and wait for the forward it is in, if any. A process that exits while a
+        thread is inside torch aborts ("terminate called without an active exception", SIGABRT): a
+        Ctrl-C during the first start's measurement did."""
+        self._closing.set()
+        if self._measuring is not None:
+            self._measuring.join()
 
     @contextmanager
     def _background_turn(self):

@@ -7,12 +7,14 @@ from the machine's real cache (converted once), so only the tests about converti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +177,20 @@ def test_a_damaged_forward_cost_file_is_measured_again_and_rewritten_whole(cache
     assert draft_length.valid_costs(atomic.read_json(path)) == costs
     assert [p.name for p in (cache / "costs").iterdir()] == [path.name]  # no temporary file left
     assert stat.S_IMODE(path.stat().st_mode) == atomic.new_file_mode()
+
+
+def test_a_cancelled_measurement_stops_between_forwards_and_saves_nothing(cache):
+    loaded, cancel, turns = tiny_loaded(), threading.Event(), []
+
+    @contextlib.contextmanager
+    def turn():  # the engine's turn in its request queue; the assistant closes during the third
+        turns.append(1)
+        if len(turns) == 3:
+            cancel.set()
+        yield
+
+    assert draft_length.measure_costs(loaded, turn, cancel) is None
+    assert len(turns) == 3 and not (cache / "costs").exists() and draft_length.cached_costs(loaded) is None
 
 
 def test_damaged_tuned_settings_fall_back_to_the_defaults(cache, monkeypatch):

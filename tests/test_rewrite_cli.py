@@ -297,9 +297,10 @@ def test_interrupted_in_place_leaves_the_original(tmp_path):
     except subprocess.TimeoutExpired:
         process.kill()
         pytest.fail(f"still running 60 s after SIGINT; its stderr: {process.communicate()[1][-3000:]}")
-    assert process.returncode == 130 and "interrupted" in stderr
     assert path.read_text() == text
     assert leftovers(tmp_path) == [] and not (tmp_path / "many.py~").exists()
+    # One full-suite run ended in SIGABRT (-6) here, never reproduced alone or under load: say why if it recurs.
+    assert process.returncode == 130 and "interrupted" in stderr, stderr[-3000:]
 
 
 def wait_for_generation(process: subprocess.Popen) -> None:

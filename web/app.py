@@ -450,6 +450,8 @@ async def lifespan(app: FastAPI):
     """The model loads while the server answers; /healthz says when it is ready."""
     app.state.model.load(app.state.assistant_factory)
     yield
+    if (assistant := app.state.model.loaded()) is not None:
+        assistant.close()
 
 
 def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",

@@ -421,6 +421,7 @@ def run(args) -> int:
             failed = complain(error, FAILED)
     if not sources:
         return FAILED
+    assistant = None
     try:
         assistant = Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
         console = terminal_console(args)
@@ -433,6 +434,9 @@ def run(args) -> int:
         return complain(error, FAILED)
     except KeyboardInterrupt:
         return complain("interrupted; the file being rewritten was left as it was", 130)
+    finally:
+        if assistant is not None:
+            assistant.close()
     return FAILED if failed else 0
 
 
