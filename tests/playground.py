@@ -68,6 +68,9 @@ class FakeAssistant:
         check_request(document, instruction, None)
         return self._run(document, max_new_tokens or 10_000, cancel)
 
+    def close(self) -> None:  # no background work to stop
+        pass
+
     def _run(self, document: str, max_steps: int, cancel: threading.Event | None):
         ticket = object()
         with self.lock:
