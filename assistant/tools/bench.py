@@ -218,8 +218,8 @@ class Runner:
         if self.llama is not None:
             costs[LLAMA_CPP] = step_costs.llama_cpp(self.llama, ids)
         llama = costs.get(LLAMA_CPP)
-        return {name: {**c.as_dict(), "step_vs_llama_cpp": ratio(llama.step_seconds, c.step_seconds) if llama else None,
-                       "prefill_vs_llama_cpp": ratio(llama.prefill_seconds, c.prefill_seconds) if llama else None}
+        return {name: {**c.as_dict(), "step_vs_llama_cpp": ratio(llama and llama.step_seconds, c.step_seconds),
+                       "prefill_vs_llama_cpp": ratio(llama and llama.prefill_seconds, c.prefill_seconds)}
                 for name, c in costs.items()}
 
     def history(self, record: data.Record) -> tuple[dict, ...]:
@@ -486,8 +486,9 @@ def step_table(costs: dict[str, dict]) -> Table:
         t.add_column(name, justify="left" if name == "forward of" else "right")
     for name, c in costs.items():
         t.add_row(name, str(c["context"]), fmt(c["prefill_seconds"], ".2f", "s"),
-                  fmt(c["step_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_over_step"], ".2f", "x"),
-                  fmt(c["step_vs_llama_cpp"], ".2f", "x"), fmt(c["prefill_vs_llama_cpp"], ".2f", "x"))
+                  fmt(c["step_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_seconds"] * 1000, ".1f", " ms"),
+                  fmt(c["verify_over_step"], ".2f", "x"), fmt(c["step_vs_llama_cpp"], ".2f", "x"),
+                  fmt(c["prefill_vs_llama_cpp"], ".2f", "x"))
     return t
 
 
