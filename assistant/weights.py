@@ -13,16 +13,24 @@ load of about 2.5, so their figures are upper bounds):
     int8 per channel, `_weight_int8pack_mm`, bf16 act   85 / 148 /  592 / 2325
     int4 group 32, `_weight_int4pack_mm_for_cpu`       102 / 148 /  632 / 2231
 
+`gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...) and runs them through our AVX2
+kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16, 97 / 199 / 565 / 1897
+against fbgemm's 127 / 155 / 401 / 1240. Layers a GGUF holds in other types, and every layer of
+a model that came without a GGUF, are quantized to Q8_0.
+
 fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
 rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
 for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
 AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
 one-token step. So `auto` measures the formats on this machine once (a second or two, cached
-per CPU, thread count and torch) and takes the fastest: on the EPYC, one 8960x1536 matrix,
-1 row + 16 rows / 4: float32 8.4 ms, bfloat16 8.8, float16 3.1, int8 4.0, int4 3.8.
+per CPU, thread count, torch and the formats offered) and takes the fastest: on the EPYC, one
+8960x1536 matrix, 1 row + 16 rows / 4: float32 7.6 ms, bfloat16 7.4, float16 2.9, int8 3.3,
+int4 2.7, gguf 2.1 (Q4_K); and 4864x896 (Qwen2.5-Coder-0.5B, Q5_0): float16 1.1, int4 0.87,
+gguf 0.83. So `auto` is gguf there.
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
-bit for bit. torch's int8 and int4 kernels compute each row alone. fbgemm's float16 kernel
+bit for bit. torch's int8 and int4 kernels and the block kernel compute each row alone (up to
+64 rows for the block kernel; a longer prefill goes through MKL). fbgemm's float16 kernel
 rounds a row differently when the batch has 1, 2, 7, 14, 31, 32, ... rows (2 threads, AVX2),
 so `Float16Linear` pads a batch to the next size that computes every row as a large batch
 does; the sizes are probed once when the model is packed.
@@ -38,18 +46,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import safetensors.torch
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
 from safetensors import SafetensorError
 from torch import nn
 
-from . import atomic, gguf_blocks
+from . import atomic, block_kernel, gguf_blocks
 
-FORMATS = ("float32", "bfloat16", "float16", "int8", "int4")
+FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf")
 CHOICES = ("auto",) + FORMATS
 DEFAULT = os.environ.get("ASSISTANT_WEIGHTS") or "auto"  # the test suite pins float32: outputs alike everywhere
-COMPACT = ("float16", "int8", "int4")  # formats that replace the linear layers of a float32 model
+COMPACT = ("float16", "int8", "int4", "gguf")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
 PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
@@ -66,14 +77,16 @@ def available(device: torch.device) -> tuple[str, ...]:
     if device.type != "cpu":
         return ("float32", "bfloat16", "float16")
     fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
-    return tuple(f for f in FORMATS if f != "float16" or fbgemm)
+    blocks = block_kernel.usable()
+    return tuple(f for f in FORMATS if (f != "float16" or fbgemm) and (f != "gguf" or blocks))
 
 
 def check(weights: str, device: torch.device) -> str:
     if weights not in CHOICES:
         raise WeightsError(f"unknown weights {weights!r}: use one of {', '.join(CHOICES)}")
     if weights != "auto" and weights not in available(device):
-        raise WeightsError(f"weights {weights!r} do not run on {device.type} here: use one of "
+        why = f" ({block_kernel.failure()})" if weights == "gguf" and device.type == "cpu" else ""
+        raise WeightsError(f"weights {weights!r} do not run on {device.type} here{why}: use one of "
                            f"auto, {', '.join(available(device))}")
     return weights
 
@@ -176,12 +189,59 @@ class Int4Linear(QuantizedLinear):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales)
 
 
-QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
+class BlockLinear(nn.Module):
+    """y = x W^T + b with W in a GGUF's own blocks (Q4_K, Q6_K or Q8_0), through `block_kernel`;
+    x, y and the sums in float32."""
+
+    KEYS = ("blocks", "kind")  # [out, bytes per row] uint8; [1] the GGML block type
+
+    def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
+        super().__init__()
+        self.register_buffer("blocks", tensors["blocks"])
+        self.register_buffer("bias", bias)
+        self.kind = int(tensors["kind"])
+        self.in_features, self.out_features = in_features, self.blocks.shape[0]
+        self.library = block_kernel.library()
+
+    @staticmethod
+    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Q8_0: one float16 scale and 32 int8 codes per 32 weights, as GGUF's own quantizer makes them."""
+        blocks = gguf_quants.quantize(weight.numpy(), GGMLQuantizationType.Q8_0)
+        return {"blocks": torch.from_numpy(blocks), "kind": torch.tensor([GGMLQuantizationType.Q8_0.value])}
+
+    @staticmethod
+    def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The GGUF's own blocks of a linear layer, or None where the kernel does not take their type or
+        they do not give back `weight` (dequantized from them) exactly."""
+        tensor = gguf_blocks.gguf_name(name)
+        if tensor not in blocks and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
+            tensor = "token_embd.weight"
+        if tensor not in blocks or blocks[tensor][0].value not in block_kernel.KINDS:
+            return None
+        kind, data = blocks[tensor]
+        rows = torch.from_numpy(np.array(data))
+        if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
+            heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
+            rows = gguf_blocks.unpermute_rows(rows, heads).contiguous()
+        if rows.shape[0] != weight.shape[0] or not torch.equal(
+                block_kernel.dequantize(block_kernel.library(), rows[:2], kind.value, weight.shape[1]), weight[:2]):
+            return None
+        return {"blocks": rows, "kind": torch.tensor([kind.value])}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = block_kernel.linear(self.library, x.reshape(-1, self.in_features).float(), self.blocks, self.kind,
+                                  self.in_features)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear}
 
 
 def fits(weights: str, linear: nn.Linear) -> bool:
     """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte)."""
-    return weights != "int4" or linear.in_features % INT4_GROUP == 0
+    return weights not in ("int4", "gguf") or linear.in_features % INT4_GROUP == 0
 
 
 def linears(model: nn.Module) -> list[str]:
@@ -215,7 +275,7 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
     widths = {model.get_submodule(name).in_features for name in names}
     pads = {width: consistent_sizes(width) for width in widths} if weights == "float16" else {}
     kind = QUANTIZED.get(weights)
-    blocks = gguf_blocks.blocks(gguf) if weights == "int4" and stored is None and gguf is not None else {}
+    blocks = gguf_blocks.blocks(gguf) if weights in ("int4", "gguf") and stored is None and gguf is not None else {}
     carried: list[str] = []
 
     def compact(name: str) -> tuple[str, nn.Module, dict[str, torch.Tensor]]:
@@ -225,7 +285,7 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
         bias = None if linear.bias is None else linear.bias.detach().float()
         weight = linear.weight.detach().float()
         tensors = stored and {key: stored[f"{name}.{key}"] for key in kind.KEYS}
-        if not tensors and blocks and (tensors := Int4Linear.carried(name, weight, blocks, model.config)):
+        if not tensors and blocks and (tensors := kind.carried(name, weight, blocks, model.config)):
             carried.append(name)
         tensors = tensors or kind.quantize(weight)
         return name, kind(tensors, bias, linear.in_features), {f"{name}.{key}": t for key, t in tensors.items()}
@@ -237,8 +297,8 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
             setattr(model.get_submodule(parent) if parent else model, attr, module)
             to_store.update(tensors)
     if blocks:
-        log.info("int4: %d of %d layers carried over from the GGUF's 4-bit blocks, the rest quantized",
-                 len(carried), len(names))
+        log.info("%s: %d of %d layers carried over from the GGUF's blocks, the rest quantized",
+                 weights, len(carried), len(names))
     return to_store
 
 
@@ -258,6 +318,13 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
             runs[weights] = lambda x, w=linear.weight.detach().to(torch.bfloat16): F.linear(x.to(w.dtype), w)
         elif weights == "float16":
             runs[weights] = Float16Linear(linear, [])
+        elif weights == "gguf":  # random codes in what a 4-bit GGUF holds most: Q4_K, Q5_0 where rows are not 256 long
+            kind = GGMLQuantizationType.Q4_K if in_features % 256 == 0 else GGMLQuantizationType.Q5_0
+            per, size = block_kernel.KINDS[kind.value]
+            blocks = torch.randint(0, 256, (out_features, in_features // per, size), dtype=torch.uint8, generator=generator)
+            blocks[..., :4] = torch.tensor([0x2E66, 0x2E66], dtype=torch.int16).view(torch.uint8)  # float16 scales of 0.1
+            runs[weights] = BlockLinear({"blocks": blocks.reshape(out_features, -1), "kind": torch.tensor([kind.value])},
+                                        None, in_features)
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
     inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in (1, 16)}
@@ -278,7 +345,8 @@ def choose(config, device: torch.device, cache: Path) -> str:
         return "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     text = config.get_text_config()
     shape = (text.hidden_size, text.intermediate_size)
-    key = f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
+    key = (f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
+           f"-{'-'.join(available(device))}")
     path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
     saved = atomic.read_json(path)
     if isinstance(saved, dict) and saved.get("weights") in available(device):

@@ -18,7 +18,7 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
                         help=f"embedded name ({', '.join(models.EMBEDDED)}), model folder, .gguf file or hub id")
     parser.add_argument("--weights", default=weights.DEFAULT, choices=weights.CHOICES,
                         help="the format of the linear layers: auto (the fastest measured on this machine), "
-                             "float32, bfloat16, float16, int8 or int4")
+                             "float32, bfloat16, float16, int8, int4 or gguf (the GGUF's own blocks)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)

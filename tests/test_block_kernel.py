@@ -1,0 +1,92 @@
+"""`--weights gguf`: the block kernel dequantizes every block type it takes exactly as GGUF's own
+reference does, computes each row alone whatever the batch, and a real GGUF's layers run on their own
+blocks with the float32 model's very weights."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import quants
+from transformers import AutoModelForCausalLM
+
+from assistant import block_kernel, models, weights
+
+pytestmark = pytest.mark.skipif(not block_kernel.usable(), reason=f"no block kernel here: {block_kernel.failure()}")
+
+SCALES = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}  # where each block keeps float16s
+
+
+def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: int = 0) -> np.ndarray:
+    """Blocks of random codes with float16 scales of a real model's size: [rows, bytes per row]."""
+    generator = np.random.default_rng(seed)
+    block, size = GGML_QUANT_SIZES[kind]
+    raw = generator.integers(0, 256, (rows, features // block, size), dtype=np.uint8)
+    for at in SCALES[kind.name]:
+        raw[..., at:at + 2] = generator.uniform(-0.05, 0.05, (rows, features // block, 1)).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("name", list(SCALES))
+def test_blocks_dequantize_exactly_as_ggufs_reference_does(name):
+    kind = GGMLQuantizationType[name]
+    raw = random_blocks(kind, 24, 512)
+    ours = block_kernel.dequantize(block_kernel.library(), torch.from_numpy(raw), kind.value, 512)
+    assert torch.equal(ours, torch.from_numpy(quants.dequantize(raw, kind).reshape(24, 512)))
+
+
+@pytest.mark.parametrize("name", list(SCALES))
+def test_a_row_is_computed_alone_whatever_the_batch(name):
+    kind = GGMLQuantizationType[name]
+    raw = torch.from_numpy(random_blocks(kind, 40, 512))
+    library = block_kernel.library()
+    x = torch.randn(block_kernel.ROWS, 512, generator=torch.Generator().manual_seed(0))
+    batch = block_kernel.linear(library, x, raw, kind.value, 512)
+    mismatched = [(start, m) for m in (1, 2, 3, 4, 5, 7, 16, 33) for start in (0, 5)
+                  if not torch.equal(block_kernel.linear(library, x[start:start + m], raw, kind.value, 512),
+                                     batch[start:start + m])]
+    assert mismatched == []
+    exact = x @ block_kernel.dequantize(library, raw, kind.value, 512).T
+    assert (batch - exact).abs().max() <= 1e-5 * exact.abs().max()
+
+
+def test_more_rows_than_a_verification_go_through_a_float32_product_of_the_same_weights():
+    kind = GGMLQuantizationType.Q4_K
+    raw = torch.from_numpy(random_blocks(kind, 40, 512))
+    library = block_kernel.library()
+    x = torch.randn(block_kernel.ROWS + 30, 512)
+    assert torch.equal(block_kernel.linear(library, x, raw, kind.value, 512),
+                       x @ block_kernel.dequantize(library, raw, kind.value, 512).T)
+
+
+def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
+    """SmolLM2's Q4_1 GGUF (a Llama: query and key rows permuted; the head tied to a Q8_0 embedding):
+    every layer is carried over, holds the float32 model's weights bit for bit, and the logits stay
+    within float32 summation order of the float32 model's."""
+    folder, _, _ = models.resolve("smollm2-135m")
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with caplog.at_level(logging.INFO, logger="assistant"):
+        weights.pack(model, "gguf", gguf=models.gguf_file("smollm2-135m"))
+    assert "gguf: 211 of 211 layers carried over" in caplog.text
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj",
+                 "lm_head"):
+        layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
+        assert torch.equal(block_kernel.dequantize(layer.library, layer.blocks, layer.kind, layer.in_features), original)
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        ours, theirs = model(ids).logits, reference(ids).logits
+    assert (ours - theirs).abs().max() <= 1e-3 * theirs.abs().max()
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_without_the_kernel_the_format_is_refused_with_the_reason(monkeypatch):
+    monkeypatch.setattr(block_kernel, "usable", lambda: False)
+    monkeypatch.setattr(block_kernel, "failure", lambda: "the block kernel needs a C++ compiler (g++) to be built once")
+    assert "gguf" not in weights.available(torch.device("cpu"))
+    with pytest.raises(weights.WeightsError, match=r"'gguf' do not run on cpu here \(the block kernel needs a C\+\+ "
+                                                   r"compiler \(g\+\+\) to be built once\): use one of auto, float32"):
+        weights.check("gguf", torch.device("cpu"))
