@@ -138,9 +138,15 @@ def dequantize(lib: ctypes.CDLL, blocks: torch.Tensor, kind: int, in_features: i
     return w
 
 
+def holds(blocks: torch.Tensor, kind: int, in_features: int) -> bool:
+    """Whether `blocks` are rows of `in_features` weights in blocks of GGML type `kind` that the kernel takes."""
+    if kind not in KINDS or blocks.dtype != torch.uint8 or blocks.dim() != 2 or not blocks.is_contiguous():
+        return False
+    weights_per_block, size = KINDS[kind]
+    return in_features % weights_per_block == 0 and blocks.shape[1] == in_features // weights_per_block * size
+
+
 def check(blocks: torch.Tensor, kind: int, in_features: int) -> None:
     """Refuse what would make the kernel read or write outside its buffers."""
-    weights_per_block, size = KINDS[kind]
-    if (blocks.dtype != torch.uint8 or not blocks.is_contiguous() or in_features % weights_per_block
-            or blocks.shape[1] != in_features // weights_per_block * size):
+    if not holds(blocks, kind, in_features):
         raise ValueError(f"blocks of type {kind} [{', '.join(map(str, blocks.shape))}] do not hold {in_features} inputs")

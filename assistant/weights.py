@@ -15,18 +15,25 @@ load of about 2.5, so their figures are upper bounds):
 
 `gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...) and runs them through our AVX2
 kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16, 97 / 199 / 565 / 1897
-against fbgemm's 127 / 155 / 401 / 1240. Layers a GGUF holds in other types, and every layer of
-a model that came without a GGUF, are quantized to Q8_0.
+against fbgemm's 127 / 155 / 401 / 1240. Its blocks are the GGUF's 1.0 GB against float16's
+2.6 GB: loaded and after a forward, Qwen2.5-Coder-1.5B's process peaked at 1.6 GB resident
+against 9.6 GB (6.1 GB of it the float32 file's pages that packing reads, which the kernel may
+reclaim), and it loaded in 8 s against 29 s (caches warm). Layers a GGUF holds in other types, and every
+layer of a model that came without a GGUF, are quantized to Q8_0.
 
 fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
 rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
 for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
 AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
 one-token step. So `auto` measures the formats on this machine once (a second or two, cached
-per CPU, thread count, torch and the formats offered) and takes the fastest: on the EPYC, one
-8960x1536 matrix, 1 row + 16 rows / 4: float32 7.6 ms, bfloat16 7.4, float16 2.9, int8 3.3,
-int4 2.7, gguf 2.1 (Q4_K); and 4864x896 (Qwen2.5-Coder-0.5B, Q5_0): float16 1.1, int4 0.87,
-gguf 0.83. So `auto` is gguf there.
+per CPU, thread count, torch and the formats offered) and takes the fastest for a one-token step
+plus a 16-row verification: on the EPYC, one 8960x1536 matrix, float32 20.5 ms, bfloat16 25.8,
+float16 6.3, int8 9.7, int4 10.4, gguf 7.9 (Q4_K); 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
+float16 2.4, gguf 2.8. So `auto` is float16 there. Weighing the verification a quarter, as this
+did before, picked gguf, and in `assistant bench` on Qwen2.5-Coder-1.5B (2 code edits, same run)
+gguf then made `pld+h` 1.3x slower than float16 (5.2 against 6.9 tokens/s): its one-token step is
+1.5x faster (151 against 224 ms after 1,500 tokens), its 16-token verification 1.3x slower (763
+against 602 ms) and `pld+h` spends its time in verifications.
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
 bit for bit. torch's int8 and int4 kernels and the block kernel compute each row alone (up to
@@ -190,8 +197,8 @@ class Int4Linear(QuantizedLinear):
 
 
 class BlockLinear(nn.Module):
-    """y = x W^T + b with W in a GGUF's own blocks (Q4_K, Q6_K or Q8_0), through `block_kernel`;
-    x, y and the sums in float32."""
+    """y = x W^T + b with W in a GGUF's own blocks (any type `block_kernel` takes), through
+    `block_kernel`; x, y and the sums in float32."""
 
     KEYS = ("blocks", "kind")  # [out, bytes per row] uint8; [1] the GGML block type
 
@@ -303,8 +310,8 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
 
 
 def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
-    """Seconds for one row plus a quarter of 16 rows (a step mix of one-token steps and
-    verifications) through each format, on a random matrix of the model's MLP shape; formats are
+    """Seconds for one row plus 16 rows (a one-token step and a verification of the default strategy's
+    draft ceiling) through each format, on a random matrix of the model's MLP shape; formats are
     interleaved and the fastest of 5 rounds kept, so that other load hurts them alike."""
     generator = torch.Generator().manual_seed(0)
     linear = nn.Linear(in_features, out_features, bias=False)
@@ -336,7 +343,7 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
                     started = time.perf_counter()
                     run(x)
                     best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
-    return {weights: best[weights, 1] + best[weights, 16] / 4 for weights in runs}
+    return {weights: best[weights, 1] + best[weights, 16] for weights in runs}
 
 
 def choose(config, device: torch.device, cache: Path) -> str:
@@ -398,5 +405,8 @@ def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.T
     if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
         return None
     if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] != linear.out_features for name, linear in expected.items()):
+        return None
+    if weights == "gguf" and not all(stored[f"{name}.kind"].numel() == 1 and block_kernel.holds(
+            stored[f"{name}.blocks"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
         return None
     return stored

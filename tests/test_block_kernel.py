@@ -8,12 +8,14 @@ import logging
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants
 from transformers import AutoModelForCausalLM
 
 from assistant import block_kernel, models, weights
+from conftest import make_tiny_model
 
 pytestmark = pytest.mark.skipif(not block_kernel.usable(), reason=f"no block kernel here: {block_kernel.failure()}")
 
@@ -90,3 +92,16 @@ def test_without_the_kernel_the_format_is_refused_with_the_reason(monkeypatch):
     with pytest.raises(weights.WeightsError, match=r"'gguf' do not run on cpu here \(the block kernel needs a C\+\+ "
                                                    r"compiler \(g\+\+\) to be built once\): use one of auto, float32"):
         weights.check("gguf", torch.device("cpu"))
+
+
+def test_a_packed_file_with_blocks_the_kernel_cannot_take_is_rebuilt(tmp_path):
+    """safetensors checks the file's structure, not what a layer's blocks say: a block type the kernel
+    does not take, or rows of the wrong length, would make it read past them, so they are refused."""
+    path = tmp_path / "packed.safetensors"
+    weights.pack_cached(make_tiny_model(), "gguf", path)
+    stored = safetensors.torch.load_file(str(path))
+    assert weights.read_stored(make_tiny_model(), "gguf", path) is not None
+    for name, bad in (("model.layers.0.mlp.up_proj.kind", torch.tensor([99])),
+                      ("model.layers.1.self_attn.o_proj.blocks", stored["model.layers.1.self_attn.o_proj.blocks"][:, :-2])):
+        safetensors.torch.save_file({**stored, name: bad.contiguous()}, str(path))
+        assert weights.read_stored(make_tiny_model(), "gguf", path) is None
