@@ -9,6 +9,8 @@ import os
 os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
 os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine, whatever `auto` measures
 
+import logging  # noqa: E402
+
 import pytest  # noqa: E402
 import torch
 
@@ -28,6 +30,21 @@ def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
     model = LlamaForCausalLM(config).to(torch.float32).eval()
     model.set_attn_implementation(attention.NAME)  # as models.load does on CPU
     return model
+
+
+def packed_smollm2(kind: str, caplog):
+    """SmolLM2-135M in float32, and a copy whose linear layers are packed as `kind` from its own Q4_1
+    GGUF, logging what was carried over into `caplog`."""
+    from transformers import AutoModelForCausalLM
+
+    from assistant import models, weights
+
+    folder, _, _ = models.resolve("smollm2-135m")
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with caplog.at_level(logging.INFO, logger="assistant"):
+        weights.pack(model, kind, gguf=models.gguf_file("smollm2-135m"))
+    return reference, model
 
 
 @pytest.fixture(scope="session")

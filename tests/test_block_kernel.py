@@ -4,18 +4,15 @@ blocks with the float32 model's very weights."""
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import safetensors.torch
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants
-from transformers import AutoModelForCausalLM
 
-from assistant import block_kernel, models, weights
-from conftest import make_tiny_model
+from assistant import block_kernel, weights
+from conftest import make_tiny_model, packed_smollm2
 
 pytestmark = pytest.mark.skipif(not block_kernel.usable(), reason=f"no block kernel here: {block_kernel.failure()}")
 
@@ -68,11 +65,7 @@ def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
     """SmolLM2's Q4_1 GGUF (a Llama: query and key rows permuted; the head tied to a Q8_0 embedding):
     every layer is carried over, holds the float32 model's weights bit for bit, and the logits stay
     within float32 summation order of the float32 model's."""
-    folder, _, _ = models.resolve("smollm2-135m")
-    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    with caplog.at_level(logging.INFO, logger="assistant"):
-        weights.pack(model, "gguf", gguf=models.gguf_file("smollm2-135m"))
+    reference, model = packed_smollm2("gguf", caplog)
     assert "gguf: 211 of 211 layers carried over" in caplog.text
     for name in ("model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj",
                  "lm_head"):

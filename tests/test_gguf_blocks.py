@@ -3,16 +3,14 @@ offset are rounded (to bfloat16), and a layer whose blocks have no 4-bit form is
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize
-from transformers import AutoModelForCausalLM
 
-from assistant import gguf_blocks, models, weights
+from assistant import gguf_blocks
+from conftest import packed_smollm2
 
 Q = GGMLQuantizationType
 
@@ -79,11 +77,7 @@ def test_a_real_models_layers_are_carried_over_and_give_back_its_weights(caplog)
     """SmolLM2's Q4_1 GGUF (a Llama: its query and key rows are permuted) packed as int4: every layer
     but the output head (tied to a Q8_0 embedding) comes from the GGUF's blocks, within bfloat16
     rounding of the scales of the float32 weights transformers dequantized from the same blocks."""
-    folder, _, _ = models.resolve("smollm2-135m")
-    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    with caplog.at_level(logging.INFO, logger="assistant"):
-        weights.pack(model, "int4", gguf=models.gguf_file("smollm2-135m"))
+    reference, model = packed_smollm2("int4", caplog)
     assert "int4: 210 of 211 layers carried over" in caplog.text
     for name in ("model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj"):
         layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
