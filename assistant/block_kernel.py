@@ -118,8 +118,8 @@ def linear(lib: ctypes.CDLL, x: torch.Tensor, blocks: torch.Tensor, kind: int, i
     """x [m, in] float32 times the blocks [out, bytes per row] of GGML type `kind`, transposed: [m, out].
 
     Up to `ROWS` rows (one-token steps, verifications, the warm buffer's chunks) through the kernel,
-    each row alone; more (a prefill) through MKL on the blocks dequantized `OUTPUTS` at a time."""
-    check(blocks, kind, in_features)
+    each row alone; more (a prefill) through MKL on the blocks dequantized `OUTPUTS` at a time.
+    The blocks must pass `check` (done once per layer, off the decoding loop)."""
     x = x.contiguous()
     if x.shape[0] > ROWS:
         return torch.cat([x @ dequantize(lib, blocks[i:i + OUTPUTS], kind, in_features).T

@@ -1,4 +1,5 @@
-"""A GGUF's 4-bit blocks carried over to `--weights int4`, so the model is not quantized twice.
+"""A GGUF's own blocks, read for `--weights gguf` as they are and carried over to `--weights int4`,
+so the model is not quantized twice.
 
 The embedded models ship as 4-bit GGUFs, and converting them dequantizes to float32. Quantizing
 that float32 again into int4 groups of 32 rounds every weight a second time. But Q4_0, Q4_1 and the
@@ -43,6 +44,23 @@ def gguf_name(linear: str) -> str | None:
         kind = LAYER_TENSORS.get(".".join(parts[3:]))
         return kind and f"blk.{parts[2]}.{kind}.weight"
     return None
+
+
+def layer_blocks(name: str, found: dict, config) -> tuple[GGMLQuantizationType, torch.Tensor] | None:
+    """(block type, rows [out, bytes per row] uint8 in transformers' row order) of the linear layer
+    `name` among `blocks(...)`, or None where the GGUF does not hold it. A tied output head is the
+    embedding; Llama's query and key rows are put back in order (`unpermute_rows`)."""
+    tensor = gguf_name(name)
+    if tensor not in found and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
+        tensor = "token_embd.weight"
+    if tensor not in found:
+        return None
+    kind, data = found[tensor]
+    rows = torch.from_numpy(np.array(data))
+    if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
+        heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
+        rows = unpermute_rows(rows, heads).contiguous()
+    return kind, rows
 
 
 def blocks(path: Path) -> dict[str, tuple[GGMLQuantizationType, np.ndarray]]:

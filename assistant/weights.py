@@ -53,7 +53,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import safetensors.torch
@@ -81,17 +80,22 @@ class WeightsError(ValueError):
 
 def available(device: torch.device) -> tuple[str, ...]:
     """The formats this device runs."""
+    return tuple(f for f in FORMATS if runs(f, device))
+
+
+def runs(weights: str, device: torch.device) -> bool:
+    """Whether this device runs `weights`; only `gguf` builds its kernel to know (once per machine)."""
     if device.type != "cpu":
-        return ("float32", "bfloat16", "float16")
-    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
-    blocks = block_kernel.usable()
-    return tuple(f for f in FORMATS if (f != "float16" or fbgemm) and (f != "gguf" or blocks))
+        return weights in ("float32", "bfloat16", "float16")
+    if weights == "float16":
+        return "fbgemm" in torch.backends.quantized.supported_engines
+    return weights != "gguf" or block_kernel.usable()
 
 
 def check(weights: str, device: torch.device) -> str:
     if weights not in CHOICES:
         raise WeightsError(f"unknown weights {weights!r}: use one of {', '.join(CHOICES)}")
-    if weights != "auto" and weights not in available(device):
+    if weights != "auto" and not runs(weights, device):
         why = f" ({block_kernel.failure()})" if weights == "gguf" and device.type == "cpu" else ""
         raise WeightsError(f"weights {weights!r} do not run on {device.type} here{why}: use one of "
                            f"auto, {', '.join(available(device))}")
@@ -179,13 +183,10 @@ class Int4Linear(QuantizedLinear):
         """The stored tensors of a linear layer from a GGUF's own 4-bit blocks (`gguf_blocks`), or None
         where the GGUF holds it in another form, or where they do not give back `weight`, which was
         dequantized from them (so a mapping mistake can only cost the carry-over, never the model)."""
-        tensor = gguf_blocks.gguf_name(name)
-        codes = gguf_blocks.int4_codes(*blocks[tensor]) if tensor in blocks else None
+        found = gguf_blocks.layer_blocks(name, blocks, config)
+        codes = found and gguf_blocks.int4_codes(found[0], found[1].numpy())
         if codes is None or codes[0].shape != weight.shape:
             return None
-        if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
-            heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
-            codes = tuple(gguf_blocks.unpermute_rows(t, heads) for t in codes)
         tensors = Int4Linear.from_codes(*codes)
         scale, offset = (codes[i].to(torch.bfloat16).float() for i in (1, 2))
         groups = (codes[0] - 8).reshape(*scale.shape, INT4_GROUP) * scale[..., None] + offset[..., None]
@@ -208,6 +209,7 @@ class BlockLinear(nn.Module):
         self.register_buffer("bias", bias)
         self.kind = int(tensors["kind"])
         self.in_features, self.out_features = in_features, self.blocks.shape[0]
+        block_kernel.check(self.blocks, self.kind, in_features)
         self.library = block_kernel.library()
 
     @staticmethod
@@ -220,16 +222,10 @@ class BlockLinear(nn.Module):
     def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
         """The GGUF's own blocks of a linear layer, or None where the kernel does not take their type or
         they do not give back `weight` (dequantized from them) exactly."""
-        tensor = gguf_blocks.gguf_name(name)
-        if tensor not in blocks and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
-            tensor = "token_embd.weight"
-        if tensor not in blocks or blocks[tensor][0].value not in block_kernel.KINDS:
+        found = gguf_blocks.layer_blocks(name, blocks, config)
+        if found is None or found[0].value not in block_kernel.KINDS:
             return None
-        kind, data = blocks[tensor]
-        rows = torch.from_numpy(np.array(data))
-        if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
-            heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
-            rows = gguf_blocks.unpermute_rows(rows, heads).contiguous()
+        kind, rows = found
         if rows.shape[0] != weight.shape[0] or not torch.equal(
                 block_kernel.dequantize(block_kernel.library(), rows[:2], kind.value, weight.shape[1]), weight[:2]):
             return None
