@@ -13,13 +13,14 @@ load of about 2.5, so their figures are upper bounds):
     int8 per channel, `_weight_int8pack_mm`, bf16 act   85 / 148 /  592 / 2325
     int4 group 32, `_weight_int4pack_mm_for_cpu`       102 / 148 /  632 / 2231
 
-`gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...) and runs them through our AVX2
-kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16, 97 / 199 / 565 / 1897
-against fbgemm's 127 / 155 / 401 / 1240. Its blocks are the GGUF's 1.0 GB against float16's
-2.6 GB: loaded and after a forward, Qwen2.5-Coder-1.5B's process peaked at 1.6 GB resident
-against 9.6 GB (6.1 GB of it the float32 file's pages that packing reads, which the kernel may
-reclaim), and it loaded in 8 s against 29 s (caches warm). Layers a GGUF holds in other types, and every
-layer of a model that came without a GGUF, are quantized to Q8_0.
+`gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...), regrouped by 8 outputs, and runs
+them through our AVX2 kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16,
+81 / 121 / 423 / 1399 against fbgemm's 140 / 168 / 403 / 1381. Its groups take 1.1 GB against
+float16's 2.6 GB: loaded and after a forward, Qwen2.5-Coder-1.5B's process peaked at 1.6 GB
+resident against 9.6 GB (6.1 GB of it the float32 file's pages that packing reads, which the kernel
+may reclaim), and it loaded in 8 s against 29 s (caches warm; measured on the blocks as shipped,
+0.1 GB smaller). Layers a GGUF holds in other types, and every layer of a model that came without a
+GGUF, are quantized to Q8_0.
 
 fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
 rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
@@ -27,13 +28,11 @@ for bfloat16 activations only and grow almost linearly in rows on AVX2. On an In
 AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
 one-token step. So `auto` measures the formats on this machine once (a second or two, cached
 per CPU, thread count, torch and the formats offered) and takes the fastest for a one-token step
-plus a 16-row verification: on the EPYC, one 8960x1536 matrix, float32 20.5 ms, bfloat16 25.8,
-float16 6.3, int8 9.7, int4 10.4, gguf 7.9 (Q4_K); 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
-float16 2.4, gguf 2.8. So `auto` is float16 there. Weighing the verification a quarter, as this
-did before, picked gguf, and in `assistant bench` on Qwen2.5-Coder-1.5B (2 code edits, same run)
-gguf then made `pld+h` 1.3x slower than float16 (5.2 against 6.9 tokens/s): its one-token step is
-1.5x faster (151 against 224 ms after 1,500 tokens), its 16-token verification 1.3x slower (763
-against 602 ms) and `pld+h` spends its time in verifications.
+plus a 16-row verification: on the EPYC, one 8960x1536 matrix, float32 13.9 ms, bfloat16 22.3,
+float16 4.7, int8 6.7, int4 6.5, gguf 3.8 (Q4_K); 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0): float16
+1.5, gguf 1.4. So `auto` is gguf there. (Before its blocks were regrouped, gguf's 16-row
+verification was 1.3x slower than float16's and `auto` kept float16; the key of a cached choice
+names the kernel's source, so a changed kernel is measured again.)
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
 bit for bit. torch's int8 and int4 kernels and the block kernel compute each row alone (up to
@@ -198,41 +197,42 @@ class Int4Linear(QuantizedLinear):
 
 
 class BlockLinear(nn.Module):
-    """y = x W^T + b with W in a GGUF's own blocks (any type `block_kernel` takes), through
-    `block_kernel`; x, y and the sums in float32."""
+    """y = x W^T + b with W in a GGUF's own blocks (any type `block_kernel` takes), regrouped by 8
+    outputs (`block_kernel.repack`), through `block_kernel`; x, y and the sums in float32."""
 
-    KEYS = ("blocks", "kind")  # [out, bytes per row] uint8; [1] the GGML block type
+    KEYS = ("groups", "kind")  # [out / 8, bytes per 8 rows] uint8; [1] the GGML block type
 
     def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
         super().__init__()
-        self.register_buffer("blocks", tensors["blocks"])
+        self.register_buffer("groups", tensors["groups"])
         self.register_buffer("bias", bias)
         self.kind = int(tensors["kind"])
-        self.in_features, self.out_features = in_features, self.blocks.shape[0]
-        block_kernel.check(self.blocks, self.kind, in_features)
+        self.in_features, self.out_features = in_features, self.groups.shape[0] * 8
+        block_kernel.check(self.groups, self.kind, in_features)
         self.library = block_kernel.library()
 
     @staticmethod
     def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
         """Q8_0: one float16 scale and 32 int8 codes per 32 weights, as GGUF's own quantizer makes them."""
-        blocks = gguf_quants.quantize(weight.numpy(), GGMLQuantizationType.Q8_0)
-        return {"blocks": torch.from_numpy(blocks), "kind": torch.tensor([GGMLQuantizationType.Q8_0.value])}
+        kind = GGMLQuantizationType.Q8_0.value
+        blocks = torch.from_numpy(gguf_quants.quantize(weight.numpy(), GGMLQuantizationType.Q8_0))
+        return {"groups": block_kernel.repack(blocks, kind), "kind": torch.tensor([kind])}
 
     @staticmethod
     def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
-        """The GGUF's own blocks of a linear layer, or None where the kernel does not take their type or
-        they do not give back `weight` (dequantized from them) exactly."""
+        """The GGUF's own blocks of a linear layer, regrouped, or None where the kernel does not take
+        their type or they do not give back `weight` (dequantized from them) exactly."""
         found = gguf_blocks.layer_blocks(name, blocks, config)
         if found is None or found[0].value not in block_kernel.KINDS:
             return None
-        kind, rows = found
-        if rows.shape[0] != weight.shape[0] or not torch.equal(
-                block_kernel.dequantize(block_kernel.library(), rows[:2], kind.value, weight.shape[1]), weight[:2]):
+        kind, rows = found[0].value, found[1]
+        if rows.shape[0] != weight.shape[0] or not torch.equal(block_kernel.dequantize(
+                block_kernel.library(), block_kernel.repack(rows[:8], kind), kind, weight.shape[1]), weight[:8]):
             return None
-        return {"blocks": rows, "kind": torch.tensor([kind.value])}
+        return {"groups": block_kernel.repack(rows, kind), "kind": torch.tensor([kind])}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = block_kernel.linear(self.library, x.reshape(-1, self.in_features).float(), self.blocks, self.kind,
+        out = block_kernel.linear(self.library, x.reshape(-1, self.in_features).float(), self.groups, self.kind,
                                   self.in_features)
         if self.bias is not None:
             out = out + self.bias
@@ -243,8 +243,10 @@ QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear}
 
 
 def fits(weights: str, linear: nn.Linear) -> bool:
-    """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte)."""
-    return weights not in ("int4", "gguf") or linear.in_features % INT4_GROUP == 0
+    """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte;
+    gguf takes blocks of 32 inputs and outputs by 8)."""
+    return (weights not in ("int4", "gguf") or linear.in_features % INT4_GROUP == 0) and (
+        weights != "gguf" or linear.out_features % 8 == 0)
 
 
 def linears(model: nn.Module) -> list[str]:
@@ -326,8 +328,8 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
             per, size = block_kernel.KINDS[kind.value]
             blocks = torch.randint(0, 256, (out_features, in_features // per, size), dtype=torch.uint8, generator=generator)
             blocks[..., :4] = torch.tensor([0x2E66, 0x2E66], dtype=torch.int16).view(torch.uint8)  # float16 scales of 0.1
-            runs[weights] = BlockLinear({"blocks": blocks.reshape(out_features, -1), "kind": torch.tensor([kind.value])},
-                                        None, in_features)
+            runs[weights] = BlockLinear({"groups": block_kernel.repack(blocks.reshape(out_features, -1), kind.value),
+                                         "kind": torch.tensor([kind.value])}, None, in_features)
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
     inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in (1, 16)}
@@ -348,11 +350,12 @@ def choose(config, device: torch.device, cache: Path) -> str:
         return "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     text = config.get_text_config()
     shape = (text.hidden_size, text.intermediate_size)
+    offered = available(device)
     key = (f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
-           f"-{'-'.join(available(device))}")
+           f"-{'-'.join(offered)}{f'-{block_kernel.stamp()}' if 'gguf' in offered else ''}")
     path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
     saved = atomic.read_json(path)
-    if isinstance(saved, dict) and saved.get("weights") in available(device):
+    if isinstance(saved, dict) and saved.get("weights") in offered:
         return saved["weights"]
     scores = timed_formats(device, *shape)
     chosen = min(scores, key=scores.get)
@@ -400,9 +403,10 @@ def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.T
     expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
     if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
         return None
-    if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] != linear.out_features for name, linear in expected.items()):
+    rows = 8 if weights == "gguf" else 1  # outputs per stored row: gguf's groups hold 8
+    if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] * rows != linear.out_features for name, linear in expected.items()):
         return None
     if weights == "gguf" and not all(stored[f"{name}.kind"].numel() == 1 and block_kernel.holds(
-            stored[f"{name}.blocks"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
+            stored[f"{name}.groups"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
         return None
     return stored

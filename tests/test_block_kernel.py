@@ -1,6 +1,6 @@
-"""`--weights gguf`: the block kernel dequantizes every block type it takes exactly as GGUF's own
-reference does, computes each row alone whatever the batch, and a real GGUF's layers run on their own
-blocks with the float32 model's very weights."""
+"""`--weights gguf`: the block kernel dequantizes every block type it takes, regrouped, exactly as
+GGUF's own reference does, computes each row alone whatever the batch, and a real GGUF's layers run
+on their own blocks with the float32 model's very weights."""
 
 from __future__ import annotations
 
@@ -33,32 +33,33 @@ def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: in
 def test_blocks_dequantize_exactly_as_ggufs_reference_does(name):
     kind = GGMLQuantizationType[name]
     raw = random_blocks(kind, 24, 512)
-    ours = block_kernel.dequantize(block_kernel.library(), torch.from_numpy(raw), kind.value, 512)
+    groups = block_kernel.repack(torch.from_numpy(raw), kind.value)
+    ours = block_kernel.dequantize(block_kernel.library(), groups, kind.value, 512)
     assert torch.equal(ours, torch.from_numpy(quants.dequantize(raw, kind).reshape(24, 512)))
 
 
 @pytest.mark.parametrize("name", list(SCALES))
 def test_a_row_is_computed_alone_whatever_the_batch(name):
     kind = GGMLQuantizationType[name]
-    raw = torch.from_numpy(random_blocks(kind, 40, 512))
+    groups = block_kernel.repack(torch.from_numpy(random_blocks(kind, 40, 512)), kind.value)
     library = block_kernel.library()
     x = torch.randn(block_kernel.ROWS, 512, generator=torch.Generator().manual_seed(0))
-    batch = block_kernel.linear(library, x, raw, kind.value, 512)
-    mismatched = [(start, m) for m in (1, 2, 3, 4, 5, 7, 16, 33) for start in (0, 5)
-                  if not torch.equal(block_kernel.linear(library, x[start:start + m], raw, kind.value, 512),
+    batch = block_kernel.linear(library, x, groups, kind.value, 512)
+    mismatched = [(start, m) for m in (1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 33) for start in (0, 5)
+                  if not torch.equal(block_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
                                      batch[start:start + m])]
     assert mismatched == []
-    exact = x @ block_kernel.dequantize(library, raw, kind.value, 512).T
+    exact = x @ block_kernel.dequantize(library, groups, kind.value, 512).T
     assert (batch - exact).abs().max() <= 1e-5 * exact.abs().max()
 
 
 def test_more_rows_than_a_verification_go_through_a_float32_product_of_the_same_weights():
     kind = GGMLQuantizationType.Q4_K
-    raw = torch.from_numpy(random_blocks(kind, 40, 512))
+    groups = block_kernel.repack(torch.from_numpy(random_blocks(kind, 40, 512)), kind.value)
     library = block_kernel.library()
     x = torch.randn(block_kernel.ROWS + 30, 512)
-    assert torch.equal(block_kernel.linear(library, x, raw, kind.value, 512),
-                       x @ block_kernel.dequantize(library, raw, kind.value, 512).T)
+    assert torch.equal(block_kernel.linear(library, x, groups, kind.value, 512),
+                       x @ block_kernel.dequantize(library, groups, kind.value, 512).T)
 
 
 def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
@@ -70,7 +71,7 @@ def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
     for name in ("model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj",
                  "lm_head"):
         layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
-        assert torch.equal(block_kernel.dequantize(layer.library, layer.blocks, layer.kind, layer.in_features), original)
+        assert torch.equal(block_kernel.dequantize(layer.library, layer.groups, layer.kind, layer.in_features), original)
     ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
     with torch.inference_mode():
         ours, theirs = model(ids).logits, reference(ids).logits
@@ -89,12 +90,16 @@ def test_without_the_kernel_the_format_is_refused_with_the_reason(monkeypatch):
 
 def test_a_packed_file_with_blocks_the_kernel_cannot_take_is_rebuilt(tmp_path):
     """safetensors checks the file's structure, not what a layer's blocks say: a block type the kernel
-    does not take, or rows of the wrong length, would make it read past them, so they are refused."""
+    does not take, or rows of the wrong length, would make it read past them, so they are refused; so
+    is a file of blocks as shipped, from before the kernel took them regrouped."""
     path = tmp_path / "packed.safetensors"
     weights.pack_cached(make_tiny_model(), "gguf", path)
     stored = safetensors.torch.load_file(str(path))
     assert weights.read_stored(make_tiny_model(), "gguf", path) is not None
     for name, bad in (("model.layers.0.mlp.up_proj.kind", torch.tensor([99])),
-                      ("model.layers.1.self_attn.o_proj.blocks", stored["model.layers.1.self_attn.o_proj.blocks"][:, :-2])):
+                      ("model.layers.1.self_attn.o_proj.groups", stored["model.layers.1.self_attn.o_proj.groups"][:, :-2])):
         safetensors.torch.save_file({**stored, name: bad.contiguous()}, str(path))
         assert weights.read_stored(make_tiny_model(), "gguf", path) is None
+    before_groups = {key.replace(".groups", ".blocks"): value for key, value in stored.items()}  # the blocks as shipped
+    safetensors.torch.save_file(before_groups, str(path))
+    assert weights.read_stored(make_tiny_model(), "gguf", path) is None
