@@ -213,10 +213,11 @@ class Runner:
         context made of the records' text."""
         loaded = self.assistant.loaded
         ids = step_costs.context_ids(loaded.tokenizer, [r.document for r in records], loaded.context_length)
-        costs = {f"engine {a.loaded.weights}": step_costs.engine(a.loaded.model, ids)
-                 for a in (self.assistant, *self.others.values())}
+        engines = {f"engine {a.loaded.weights}": step_costs.Engine(a.loaded.model, ids)
+                   for a in (self.assistant, *self.others.values())}
         if self.llama is not None:
-            costs[LLAMA_CPP] = step_costs.llama_cpp(self.llama, ids)
+            engines[LLAMA_CPP] = step_costs.LlamaCpp(self.llama, ids)
+        costs = step_costs.measure(engines)
         llama = costs.get(LLAMA_CPP)
         return {name: {**c.as_dict(), "step_vs_llama_cpp": ratio(llama and llama.step_seconds, c.step_seconds),
                        "prefill_vs_llama_cpp": ratio(llama and llama.prefill_seconds, c.prefill_seconds)}

@@ -2,9 +2,11 @@
 
 End-to-end tokens/s mixes the prefill, the draft acceptance and the cost of a forward; issue 13's
 targets are about the last two apart: a one-token step and a 16-token verification after a
-1,500-token context, and the 1,500-token prefill itself. Both engines are fed the same real token
-ids (the bench records' text), with the same threads, each best of a few runs interleaved, so
-that other load on the machine hurts them alike. llama.cpp's verification asks for the logits of
+1,500-token context, and the 1,500-token prefill itself. Every engine (each weights loaded, and
+llama.cpp) is fed the same real token ids (the bench records' text), with the same threads, and
+each cost is the best of a few rounds in which the engines take turns, so that load on the
+machine, or a VM slowing down during the run, hurts them alike (measured one engine after the
+other, a VM that slowed by 1.6x made one engine's step look 1.6x dearer than in the run before). llama.cpp's verification asks for the logits of
 all 16 rows, as the engine's does (its plain decoding asks only for the last row's).
 """
 
@@ -55,40 +57,62 @@ def timed(work) -> float:
     return time.perf_counter() - started
 
 
-def engine(model, ids: list[int]) -> StepCosts:
-    """The engine's forward (the weights `model` was loaded with), as `ar` and verification run it."""
-    cache = preallocated_cache(model, len(ids) + VERIFY)
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else lambda: None
+def measure(engines: dict[str, Engine | LlamaCpp]) -> dict[str, StepCosts]:
+    """Each engine's costs after its context: prefills, then one-token steps and verifications, each
+    the fastest of rounds in which the engines take turns."""
+    prefill = best_of(lambda: {name: e.prefill() for name, e in engines.items()}, PREFILL_REPEATS)
+    steps = best_of(lambda: {f"{name} {kind}": e.run(kind) for name, e in engines.items() for kind in ("step", "verify")},
+                    STEP_REPEATS)
+    for e in engines.values():
+        e.reset()
+    return {name: StepCosts(len(e.ids), prefill[name], steps[f"{name} step"], steps[f"{name} verify"])
+            for name, e in engines.items()}
 
-    def run(tokens: list[int]) -> float:  # after the context, which it leaves as it was
-        seconds = timed(lambda: (forward(model, tokens, cache, False, len(tokens)), sync()))
-        cache.crop(-len(tokens))
+
+class Engine:
+    """The engine's forward (the weights `model` was loaded with), as `ar` and verification run it."""
+
+    def __init__(self, model, ids: list[int]):
+        self.model, self.ids = model, ids
+        self.cache = preallocated_cache(model, len(ids) + VERIFY)
+        self.sync = torch.cuda.synchronize if model.device.type == "cuda" else lambda: None
+
+    def prefill(self) -> float:  # leaves the context in the cache
+        self.cache.reset()
+        return timed(lambda: (forward(self.model, self.ids, self.cache, False, 1), self.sync()))
+
+    def run(self, kind: str) -> float:  # a step or a verification after the context, which it leaves as it was
+        tokens = self.ids[:1 if kind == "step" else VERIFY]
+        seconds = timed(lambda: (forward(self.model, tokens, self.cache, False, len(tokens)), self.sync()))
+        self.cache.crop(-len(tokens))
         return seconds
 
-    def fill() -> dict[str, float]:
-        cache.reset()
-        return {"prefill": timed(lambda: (forward(model, ids, cache, False, 1), sync()))}
-
-    prefill = best_of(fill, PREFILL_REPEATS)
-    steps = best_of(lambda: {"step": run(ids[:1]), "verify": run(ids[:VERIFY])}, STEP_REPEATS)
-    cache.reset()
-    return StepCosts(len(ids), prefill["prefill"], steps["step"], steps["verify"])
+    def reset(self) -> None:
+        self.cache.reset()
 
 
-def llama_cpp(llama, ids: list[int]) -> StepCosts:
-    """llama.cpp's forward (llama-cpp-python's `Llama`), in batches of its `n_batch` as `Llama.eval` runs."""
+class LlamaCpp:
+    """llama.cpp's forward (llama-cpp-python's `Llama`), in batches of its `n_batch` as `Llama.eval` runs;
+    its verification asks for the logits of every row."""
 
-    def run(tokens: list[int], past: int, all_logits: bool) -> float:
-        def decode():
-            llama._ctx.kv_cache_seq_rm(-1, past, -1)
-            for start in range(0, len(tokens), llama.n_batch):
-                llama._batch.set_batch(batch=tokens[start:start + llama.n_batch], n_past=past + start,
-                                       logits_all=all_logits)
-                llama._ctx.decode(llama._batch)
-        return timed(decode)
+    def __init__(self, llama, ids: list[int]):
+        self.llama, self.ids = llama, ids
 
-    prefill = best_of(lambda: {"prefill": run(ids, 0, False)}, PREFILL_REPEATS)
-    steps = best_of(lambda: {"step": run(ids[:1], len(ids), False), "verify": run(ids[:VERIFY], len(ids), True)},
-                    STEP_REPEATS)
-    llama.reset()
-    return StepCosts(len(ids), prefill["prefill"], steps["step"], steps["verify"])
+    def decode(self, tokens: list[int], past: int, all_logits: bool) -> float:
+        def work():
+            self.llama._ctx.kv_cache_seq_rm(-1, past, -1)
+            for start in range(0, len(tokens), self.llama.n_batch):
+                self.llama._batch.set_batch(batch=tokens[start:start + self.llama.n_batch], n_past=past + start,
+                                            logits_all=all_logits)
+                self.llama._ctx.decode(self.llama._batch)
+        return timed(work)
+
+    def prefill(self) -> float:
+        return self.decode(self.ids, 0, False)
+
+    def run(self, kind: str) -> float:
+        return self.decode(self.ids[:1], len(self.ids), False) if kind == "step" else \
+            self.decode(self.ids[:VERIFY], len(self.ids), True)
+
+    def reset(self) -> None:
+        self.llama.reset()
