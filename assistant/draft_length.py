@@ -87,8 +87,8 @@ FORWARD = 2  # in the cache key; raised when the forward's speed changes (2: att
 
 
 def costs_path(loaded: models.LoadedModel) -> Path:
-    """Where the curve is cached: per model, forward, weights (gguf's with its kernel's source, whose
-    changes moved a 32-token forward from 8.0 to about 4.5 steps), device and threads."""
+    """Where the curve is cached: per model, forward, weights (gguf's with its kernel's source: a
+    changed kernel has another curve), device and threads."""
     kernel = f"-{block_kernel.stamp()[:8]}" if loaded.weights == "gguf" else ""
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-f{FORWARD}-{loaded.weights}{kernel}"
            f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
