@@ -26,13 +26,17 @@ fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almos
 rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
 for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
 AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
-one-token step. So `auto` measures the formats on this machine once (a second or two, cached
-per CPU, thread count, torch and the formats offered) and takes the fastest for a one-token step
-plus a 16-row verification: on the EPYC, one 8960x1536 matrix, float32 13.9 ms, bfloat16 22.3,
-float16 4.7, int8 6.7, int4 6.5, gguf 3.8 (Q4_K); 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0): float16
-1.5, gguf 1.4. So `auto` is gguf there. (Before its blocks were regrouped, gguf's 16-row
-verification was 1.3x slower than float16's and `auto` kept float16; the key of a cached choice
-names the kernel's source, so a changed kernel is measured again.)
+one-token step. So `auto` measures the formats on this machine once (about 5 s, cached per CPU,
+thread count, torch, the formats offered and the block kernel's source) and takes the fastest for
+the products of a code edit with the default strategy (`EDIT`: a 1,500-token prompt as 6 products
+of 256 rows, and 25 verifications of 32 rows). On the EPYC, one 8960x1536 matrix: float32 586 ms,
+bfloat16 3012, float16 358, int8 735, int4 794, gguf 428; 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
+float16 117, gguf 147. So `auto` is float16 there. gguf's one-token step is 1.7x faster than
+float16's, but past 64 rows it multiplies through MKL in float32, slower than fbgemm's float16 at
+256 rows (47 against 37 ms), and its 32-row verifications only tie; in `assistant bench` on
+Qwen2.5-Coder-1.5B (1 code and 1 text edit, same run) `pld+h` made 7.7 and 11.9 tokens/s with gguf
+against 8.6 and 13.5 with float16, while `ar` made 4.4 and 6.3 with gguf. Scoring a one-token
+step and a 16-row verification alone had picked gguf.
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
 bit for bit. torch's int8 and int4 kernels and the block kernel compute each row alone (up to
@@ -307,10 +311,14 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
     return to_store
 
 
+EDIT = {256: 6, 32: 25}  # rows of a product: how many of them a code edit of the bench's runs with `pld+h`
+# (Qwen2.5-Coder-1.5B: a 1,500-token prompt, then 22 to 27 verifications of drafts of up to 32 tokens)
+
+
 def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
-    """Seconds for one row plus 16 rows (a one-token step and a verification of the default strategy's
-    draft ceiling) through each format, on a random matrix of the model's MLP shape; formats are
-    interleaved and the fastest of 5 rounds kept, so that other load hurts them alike."""
+    """Seconds of the products a code edit of the default strategy runs (`EDIT`), through each format,
+    on a random matrix of the model's MLP shape; formats are interleaved and the fastest of 5 rounds
+    of each size kept, so that other load hurts them alike."""
     generator = torch.Generator().manual_seed(0)
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
@@ -332,7 +340,7 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
                                          "kind": torch.tensor([kind.value])}, None, in_features)
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
-    inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in (1, 16)}
+    inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in EDIT}
     best = {(weights, rows): float("inf") for weights in runs for rows in inputs}
     with torch.inference_mode():
         for _ in range(5):
@@ -341,7 +349,7 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
                     started = time.perf_counter()
                     run(x)
                     best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
-    return {weights: best[weights, 1] + best[weights, 16] for weights in runs}
+    return {weights: sum(count * best[weights, rows] for rows, count in EDIT.items()) for weights in runs}
 
 
 def choose(config, device: torch.device, cache: Path) -> str:
@@ -352,7 +360,8 @@ def choose(config, device: torch.device, cache: Path) -> str:
     shape = (text.hidden_size, text.intermediate_size)
     offered = available(device)
     key = (f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
-           f"-{'-'.join(offered)}{f'-{block_kernel.stamp()}' if 'gguf' in offered else ''}")
+           f"-{'-'.join(offered)}{f'-{block_kernel.stamp()}' if 'gguf' in offered else ''}"
+           f"-{'-'.join(f'{count}x{rows}' for rows, count in EDIT.items())}")
     path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
     saved = atomic.read_json(path)
     if isinstance(saved, dict) and saved.get("weights") in offered:
