@@ -78,7 +78,10 @@ template <class L, int I>
 inline __m256 weight(const uint8_t* b, int u, __m256 s, __m256 o) {
     __m256i q;
     if (L::NIBBLES) {
-        const __m256i v = _mm256_cvtepu8_epi32(eight(b + L::CODES + 128 * u + 8 * (I % 16)));
+        const uint8_t* p = b + L::CODES + 128 * u + 8 * (I % 16);
+        if (I >= 16) asm("" : "+r"(p));  // the same bytes as input I - 16: load them again, or GCC
+                                         // keeps 16 vectors alive across the sub-block and spills them
+        const __m256i v = _mm256_cvtepu8_epi32(eight(p));
         q = I < 16 ? _mm256_and_si256(v, _mm256_set1_epi32(15)) : _mm256_srli_epi32(v, 4);
         if (L::HIGH)
             q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(
@@ -96,50 +99,36 @@ constexpr int WIDE = 2;        // in 15 of the 16 registers
 constexpr int64_t SPAN = 256;  // inputs per panel: a panel and the rows' inputs stay in a 32 KB L1
 
 // Up to FEW rows: R rows by G groups (8G outputs), dequantized in registers as the FMAs need them.
+// The sums are locals and the steps inlined by force: as members of a struct, GCC 12 stored and
+// reloaded every sum at every input (the 1.5B's Q4_K matrices, one row: 57 ms; so, 45; with the
+// codes loaded again for the high nibbles, see `weight`, 44; three rows 115, 71).
 template <class L, int R, int G>
-struct Tile {
-    const uint8_t* groups;
-    int64_t group_bytes;
-    const float* x;
-    int64_t k;
-    float* y;
-    int64_t n;
+__attribute__((noinline)) void tile(const uint8_t* groups, int64_t group_bytes, const float* x, int64_t k, float* y,
+                                    int64_t n) {
     __m256 acc[R][G];
-
-    template <int I>
-    inline void step(const uint8_t* const* b, int u, const __m256* s, const __m256* o, const float* xs) {
-        __m256 w[G];
-        for (int g = 0; g < G; g++) w[g] = weight<L, I>(b[g], u, s[g], o[g]);
-        for (int r = 0; r < R; r++) {
-            const __m256 v = _mm256_broadcast_ss(xs + r * k + I);
-            for (int g = 0; g < G; g++) acc[r][g] = _mm256_fmadd_ps(w[g], v, acc[r][g]);
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) acc[r][g] = _mm256_setzero_ps();
+    for (int64_t blk = 0; blk < k / L::BLOCK; blk++) {
+        const uint8_t* b[G];
+        for (int g = 0; g < G; g++) b[g] = groups + g * group_bytes + blk * L::BYTES;
+        for (int u = 0; u < L::BLOCK / L::SUB; u++) {
+            __m256 s[G], o[G];
+            for (int g = 0; g < G; g++) L::scales(b[g], u, s[g], o[g]);
+            const float* xs = x + blk * L::BLOCK + u * L::SUB;
+            [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
+                ([&]() __attribute__((always_inline)) {
+                    __m256 w[G];
+                    for (int g = 0; g < G; g++) w[g] = weight<L, I>(b[g], u, s[g], o[g]);
+                    for (int r = 0; r < R; r++) {
+                        const __m256 v = _mm256_broadcast_ss(xs + r * k + I);
+                        for (int g = 0; g < G; g++) acc[r][g] = _mm256_fmadd_ps(w[g], v, acc[r][g]);
+                    }
+                }(), ...);
+            }(std::make_integer_sequence<int, L::SUB>());
         }
     }
-    template <int... I>
-    inline void sub(const uint8_t* const* b, int u, const __m256* s, const __m256* o, const float* xs,
-                    std::integer_sequence<int, I...>) {
-        (step<I>(b, u, s, o, xs), ...);
-    }
-    void run() {
-        for (int r = 0; r < R; r++)
-            for (int g = 0; g < G; g++) acc[r][g] = _mm256_setzero_ps();
-        for (int64_t blk = 0; blk < k / L::BLOCK; blk++) {
-            const uint8_t* b[G];
-            for (int g = 0; g < G; g++) b[g] = groups + g * group_bytes + blk * L::BYTES;
-            for (int u = 0; u < L::BLOCK / L::SUB; u++) {
-                __m256 s[G], o[G];
-                for (int g = 0; g < G; g++) L::scales(b[g], u, s[g], o[g]);
-                sub(b, u, s, o, x + blk * L::BLOCK + u * L::SUB, std::make_integer_sequence<int, L::SUB>());
-            }
-        }
-        for (int r = 0; r < R; r++)
-            for (int g = 0; g < G; g++) _mm256_storeu_ps(y + r * n + 8 * g, acc[r][g]);
-    }
-};
-
-template <class L, int R, int G>
-inline void tile(const uint8_t* groups, int64_t group_bytes, const float* x, int64_t k, float* y, int64_t n) {
-    Tile<L, R, G>{groups, group_bytes, x, k, y, n, {}}.run();
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) _mm256_storeu_ps(y + r * n + 8 * g, acc[r][g]);
 }
 
 // Calls use(first row, rows) over m rows in ceil(m / most) chunks as even as can be: a tile of few
@@ -156,7 +145,7 @@ inline void chunks(int64_t m, int64_t most, Use use) {
 
 // More rows: G groups' weights over `span` inputs dequantized into `panel` [span][8G] once, then
 // R rows by G groups of FMAs read them, each sum continued from y: the same weights and the same
-// chains as `Tile`. (Starting from y even at the first span, and the unroll pragmas, keep GCC 12 from
+// chains as `tile`. (Starting from y even at the first span, and the unroll pragmas, keep GCC 12 from
 // storing every sum to the stack in every step, which halved the speed.)
 template <int R, int G>
 __attribute__((noinline)) void panel_tile(const float* panel, int64_t span, const float* x, int64_t k, float* y,

@@ -20,6 +20,10 @@ Qwen2.5-Coder-1.5B one after another, best of 6 rounds interleaved (a noisy VM, 
     blocks as shipped, before    105      166      271      333      566     2109
     float16, fbgemm              140      168      187      291      403     1381
 
+Since then, the tiles of up to 4 rows keep their sums in registers (GCC had stored them to memory
+at every input); in another run, interleaved the same way: one row 82 ms before, 64 after; two 107,
+84; three 143, 100; four and more unchanged (116 and 119, 16 rows 389 and 401).
+
 Up to 4 rows the weights are dequantized in registers as the FMAs need them; from 5 rows a panel of
 2 groups by 256 inputs is dequantized into L1 once, and tiles of up to 6 rows by 16 outputs read
 it. Both add the same products in the same order, so a row's result never depends on how many rows
