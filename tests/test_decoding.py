@@ -249,6 +249,39 @@ def test_prefix_reuse_changes_nothing(tiny_model):
             assert key(warm) == key(cold)
 
 
+def test_fixed_shapes_change_nothing(tiny_model, monkeypatch):
+    """Where forwards are padded to fixed shapes (on CUDA), every forward has one of them, drafting still
+    gives plain decoding's tokens, and a reused prefix gives a cold start's steps."""
+    monkeypatch.setattr(decoding, "fixed_shapes", lambda model: True)
+    monkeypatch.setattr(decoding, "STEP_ROWS", 8)
+    monkeypatch.setattr(decoding, "PROMPT_ROWS", 16)
+    shapes = []
+    forward = decoding.forward
+    def recorded(model, ids, cache, hidden, logits_to_keep):
+        if decoding.fixed_shapes(model):  # a step keeps every row's logits, a prefill chunk one row's
+            shapes.append((len(ids), cache.get_seq_length() % 16 if logits_to_keep == 1 else 0))
+        return forward(model, ids, cache, hidden, logits_to_keep)
+    monkeypatch.setattr(decoding, "forward", recorded)
+    prompts = random_prompts(6, seed=5) + [[3, 9] * 20, [7]]
+    for prompt in prompts:
+        expected, _ = run(tiny_model, prompt, NoDraft(), 30, 0)
+        monkeypatch.setattr(decoding, "fixed_shapes", lambda model: False)
+        assert run(tiny_model, prompt, NoDraft(), 30, 0)[0] == expected
+        monkeypatch.setattr(decoding, "fixed_shapes", lambda model: True)
+        for drafter in drafters(tiny_model).values():
+            for k in (3, 7, 12):  # 12: a draft past STEP_ROWS - 1 takes two blocks of rows
+                assert run(tiny_model, prompt, drafter, 30, k)[0] == expected
+    base = prompts[0] + [3, 9] * 12
+    for make in (NgramDraft, lambda: HiddenDraft(1)):
+        prefixes = PrefixCache(64 << 20)
+        for prompt in (base, base + [4, 5, 3, 9], base[:-3], base[:17], base):
+            _, cold = run(tiny_model, prompt, make(), 20, 5)
+            _, warm = run(tiny_model, prompt, make(), 20, 5, prefixes=prefixes)
+            key = lambda steps: [(s.tokens, s.sources, s.drafted, s.accepted, s.finished) for s in steps]  # noqa: E731
+            assert key(warm) == key(cold)
+    assert set(shapes) == {(8, 0), (16, 0)}  # prompt chunks start at multiples of 16
+
+
 def test_cancel_before_start_yields_nothing(tiny_model):
     cancel = threading.Event()
     cancel.set()
