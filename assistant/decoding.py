@@ -71,7 +71,7 @@ class Step:
 
 def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int):
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([ids], device=model.device), past_key_values=cache, use_cache=True,
+        return model(input_ids=torch.tensor([ids], device=model.device), cache=cache, use_cache=True,
                      output_hidden_states=hidden, logits_to_keep=logits_to_keep)
 
 

@@ -128,7 +128,7 @@ def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext,
             with turn():
                 if stopped():
                     return None
-                model(input_ids=ids(CHUNK), past_key_values=cache)
+                model(input_ids=ids(CHUNK), cache=cache)
         seconds = {n: float("inf") for n in COST_SIZES}
         for _ in range(7):  # sizes interleaved and the fastest run kept: robust to other load
             for n in COST_SIZES:
@@ -136,7 +136,7 @@ def measure_costs(loaded: models.LoadedModel, turn=contextlib.nullcontext,
                     if stopped():
                         return None
                     started = time.perf_counter()
-                    model(input_ids=ids(n), past_key_values=cache, logits_to_keep=n)
+                    model(input_ids=ids(n), cache=cache, logits_to_keep=n)
                     if model.device.type == "cuda":
                         torch.cuda.synchronize()
                     seconds[n] = min(seconds[n], time.perf_counter() - started)

@@ -14,7 +14,7 @@ from conftest import TINY_VOCAB, make_tiny_model
 
 def logits_per_pass(model, passes: list[list[int]], cache) -> list[torch.Tensor]:
     with torch.inference_mode():
-        return [model(input_ids=torch.tensor([ids]), past_key_values=cache, logits_to_keep=len(ids)).logits[0]
+        return [model(input_ids=torch.tensor([ids]), cache=cache, logits_to_keep=len(ids)).logits[0]
                 for ids in passes]
 
 

@@ -48,7 +48,7 @@ def score_sequence(model, tokens: list[int], start: int, hits: np.ndarray, layer
     config = model.config
     cache = DynamicCache(config=config)
     with torch.inference_mode():
-        out = model(input_ids=torch.tensor([tokens], device=model.device), past_key_values=cache, use_cache=True,
+        out = model(input_ids=torch.tensor([tokens], device=model.device), cache=cache, use_cache=True,
                     output_hidden_states=True, logits_to_keep=1)
         array = np.asarray(tokens)
         cases = list(best_candidate_sets(array, start))
