@@ -11,14 +11,20 @@ distribution exactly (the draft is a point mass).
 On CUDA a row's result depends on how many rows come with it: cuBLAS and the attention kernels
 pick their tiling by the shapes. SmolLM2-135M in bfloat16 on an H100 (torch 2.11) left `ar`'s
 greedy output with `pld` and with `pld+h` on 16 of 17 benchmark prompts, within the first 300
-characters. There every forward of a generation therefore has a fixed shape (`fixed_shapes`):
-a step feeds STEP_ROWS rows, its tokens and then copies of the last, whose positions are cropped
-away at once; the prompt goes in chunks of PROMPT_ROWS rows that start at multiples of PROMPT_ROWS
-(a reused prefix is cut back to one), the last chunk padded the same way. With them, on the same
-machine, `pld` and `pld+h` gave `ar`'s output on all 10 prompts tried (5 code and 5 text edits, 96
-tokens each, the prefix cache on); a 64-row forward took 55 ms against 39 for one row (the 135M
-model is bound by kernel launches there). On CPU the kernels give a row the same bits whatever the
-count (`attention`, `block_kernel`), and padding would only cost.
+characters. So do oneDNN's bfloat16 matrix products on CPU: on a 2-core Xeon with AMX (torch 2.13),
+of Qwen2.5-Coder-1.5B's shapes the MLP's down projection gave a row alone the bits it gets in a
+batch of 2 to 6 rows and no other, and the logits of a 16-token forward differed from 16 one-token
+forwards by up to 0.22. There (on CUDA, and in bfloat16 on CPU) every forward of a generation
+therefore has a fixed shape (`fixed_shapes`): a step feeds STEP_ROWS rows, its tokens and then
+copies of the last, whose positions are cropped away at once, and a draft is never longer than
+that allows; the prompt goes in chunks of PROMPT_ROWS rows that start at multiples of PROMPT_ROWS
+(a reused prefix is cut back to one), the last chunk padded the same way. With them, on the H100,
+`pld` and `pld+h` gave `ar`'s output on all 10 prompts tried (5 code and 5 text edits, 96 tokens
+each, the prefix cache on); a 64-row forward took 55 ms against 39 for one row (the 135M model is
+bound by kernel launches there). On the Xeon, 32 rows after 1,500 tokens of context took 251 ms
+against 188 for one and 206 for 16: a padded step costs what its draft costs, so a fixed-shape
+model drafts as much as it may. In the other formats the kernels give a row the same bits whatever
+the count (`attention`, `block_kernel`, `weights`), and padding would only cost.
 """
 
 from __future__ import annotations
@@ -37,13 +43,15 @@ from .kv_cache import preallocated_cache
 from .prefix_cache import PrefixCache, restore
 
 
-STEP_ROWS = 64  # rows of every decode step on CUDA: a draft of up to 63 tokens and its token (tuned ceilings: 24, 32)
-PROMPT_ROWS = 256  # rows of every prefill forward on CUDA
+# Rows of every decode step where shapes are fixed, by device: a draft of up to 63 (31) tokens and its
+# token (the tuned ceilings are 24 and 32).
+STEP_ROWS = {"cuda": 64, "cpu": 32}
+PROMPT_ROWS = 256  # rows of every prefill forward where shapes are fixed
 
 
 def fixed_shapes(model) -> bool:
     """Whether the model's forwards are padded to fixed shapes (see the module's docstring)."""
-    return model.device.type == "cuda"
+    return model.device.type == "cuda" or model.dtype == torch.bfloat16
 
 
 def padded(count: int, rows: int) -> int:
@@ -161,12 +169,12 @@ def step(model, context: Context, drafter: Drafter, k: int, sampling: Sampling,
 
     Feeds [x[n-1], d_1..d_k], keeps the longest prefix of the draft that the model agrees with
     plus one token of its own, appends those to the context and crops the KV cache back to them,
-    so the invariant holds again. Returns (the draft, the position it was copied after, the
-    accepted tokens)."""
+    so the invariant holds again. Where shapes are fixed, k must be under the step's rows. Returns
+    (the draft, the position it was copied after, the accepted tokens)."""
     n = context.n
     draft, origin = drafter.propose(context, k)
     fed = [int(context.tokens[n - 1])] + draft
-    rows = padded(len(fed), STEP_ROWS) if fixed_shapes(model) else len(fed)
+    rows = STEP_ROWS[model.device.type] if fixed_shapes(model) else len(fed)
     out = forward(model, fed + fed[-1:] * (rows - len(fed)), context.cache, bool(drafter.layers), rows)
     logits = out.logits[0, :len(fed)]
     if sampling.temperature > 0:
@@ -216,7 +224,7 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
         return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
     draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
     fixed = fixed_shapes(model)
-    step_rows = padded(draft_length.most + 1, STEP_ROWS) if fixed else draft_length.most + 1
+    step_rows = STEP_ROWS[model.device.type] if fixed else draft_length.most + 1
     prompt_rows = padded(len(prompt), PROMPT_ROWS) if fixed else len(prompt)
     context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
@@ -225,7 +233,7 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         started = time.perf_counter()
-        k = min(draft_length.choose(), max_new_tokens - produced - 1)
+        k = min(draft_length.choose(), max_new_tokens - produced - 1, step_rows - 1)
         draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
         accepted = len(tokens) - 1
         draft_length.update(len(draft), accepted)

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import draft_length, long_documents, models, tuning
 from . import weights as weights_module
-from .decoding import Sampling, decode, warm
+from .decoding import Sampling, decode, fixed_shapes, warm
 from .draft_length import AdaptiveDraftLength
 from .drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
 from .events import Delta, Event, Queued, Result, Stats
@@ -125,7 +125,9 @@ class Assistant:
         self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
         self.reuse_prefixes(prefix_cache_mb)
         self._queue = TurnQueue()
-        self.forward_costs = draft_length.cached_costs(self.loaded)  # measured once per machine, then read
+        # Measured once per machine, then read; a padded step costs the same whatever its draft.
+        self.forward_costs = draft_length.FLAT if fixed_shapes(self.loaded.model) else draft_length.cached_costs(
+            self.loaded)
         self._measuring = None
         self._closing = threading.Event()
         if self.forward_costs is None:

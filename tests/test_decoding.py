@@ -250,10 +250,10 @@ def test_prefix_reuse_changes_nothing(tiny_model):
 
 
 def test_fixed_shapes_change_nothing(tiny_model, monkeypatch):
-    """Where forwards are padded to fixed shapes (on CUDA), every forward has one of them, drafting still
-    gives plain decoding's tokens, and a reused prefix gives a cold start's steps."""
+    """Where forwards are padded to fixed shapes (on CUDA, and in bfloat16), every forward has one of them,
+    drafting still gives plain decoding's tokens, and a reused prefix gives a cold start's steps."""
     monkeypatch.setattr(decoding, "fixed_shapes", lambda model: True)
-    monkeypatch.setattr(decoding, "STEP_ROWS", 8)
+    monkeypatch.setitem(decoding.STEP_ROWS, "cpu", 8)
     monkeypatch.setattr(decoding, "PROMPT_ROWS", 16)
     shapes = []
     forward = decoding.forward
@@ -269,7 +269,7 @@ def test_fixed_shapes_change_nothing(tiny_model, monkeypatch):
         assert run(tiny_model, prompt, NoDraft(), 30, 0)[0] == expected
         monkeypatch.setattr(decoding, "fixed_shapes", lambda model: True)
         for drafter in drafters(tiny_model).values():
-            for k in (3, 7, 12):  # 12: a draft past STEP_ROWS - 1 takes two blocks of rows
+            for k in (3, 7, 12):  # 12: a draft is cut to the step's rows
                 assert run(tiny_model, prompt, drafter, 30, k)[0] == expected
     base = prompts[0] + [3, 9] * 12
     for make in (NgramDraft, lambda: HiddenDraft(1)):

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..decoding import forward
+from ..decoding import PROMPT_ROWS, STEP_ROWS, fixed_shapes, forward, padded, prefill
+from ..drafters import Context
 from ..kv_cache import preallocated_cache
 
 CONTEXT = 1500  # tokens before the measured steps
@@ -70,21 +71,27 @@ def measure(engines: dict[str, Engine | LlamaCpp]) -> dict[str, StepCosts]:
 
 
 class Engine:
-    """The engine's forward (the weights `model` was loaded with), as `ar` and verification run it."""
+    """The engine's forward (the weights `model` was loaded with), as `ar` and verification run it: where
+    its shapes are fixed (`decoding.fixed_shapes`), a step is padded to STEP_ROWS rows and the prefill
+    goes in chunks of PROMPT_ROWS."""
 
     def __init__(self, model, ids: list[int]):
         self.model, self.ids = model, ids
-        self.cache = preallocated_cache(model, len(ids) + VERIFY)
+        self.rows = STEP_ROWS[model.device.type] if fixed_shapes(model) else None
+        self.capacity = padded(len(ids), PROMPT_ROWS) + max(VERIFY, self.rows or 0)
+        self.cache = preallocated_cache(model, self.capacity)
         self.sync = torch.cuda.synchronize if model.device.type == "cuda" else lambda: None
 
     def prefill(self) -> float:  # leaves the context in the cache
         self.cache.reset()
-        return timed(lambda: (forward(self.model, self.ids, self.cache, False, 1), self.sync()))
+        context = Context.start(self.ids, self.capacity, (), 0, self.model.dtype, self.model.device, self.cache)
+        return timed(lambda: (prefill(self.model, self.ids, context, None), self.sync()))
 
     def run(self, kind: str) -> float:  # a step or a verification after the context, which it leaves as it was
         tokens = self.ids[:1 if kind == "step" else VERIFY]
-        seconds = timed(lambda: (forward(self.model, tokens, self.cache, False, len(tokens)), self.sync()))
-        self.cache.crop(-len(tokens))
+        fed = tokens + tokens[-1:] * ((self.rows or len(tokens)) - len(tokens))
+        seconds = timed(lambda: (forward(self.model, fed, self.cache, False, len(fed)), self.sync()))
+        self.cache.crop(-len(fed))
         return seconds
 
     def reset(self) -> None:
