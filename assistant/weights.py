@@ -417,6 +417,10 @@ def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.T
         stored = safetensors.torch.load_file(str(path))
     except (OSError, SafetensorError, ValueError, RuntimeError):
         return None
+    # safetensors places tensors 8 bytes apart. torch's int8 kernel on an AVX512 Xeon reads 4 or more rows
+    # with aligned loads: on weights 8 bytes off a 16-byte boundary it died (segmentation fault), at 16, 32
+    # or 48 it ran. So each tensor goes where torch itself would allocate it: 64-byte aligned.
+    stored = {name: t if t.data_ptr() % 64 == 0 else t.clone() for name, t in stored.items()}
     kind = QUANTIZED[weights]
     expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
     if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
