@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+from collections import defaultdict
 
 from assistant import Assistant, aio
 from lsprotocol import types
@@ -77,6 +78,9 @@ class AssistantServer(LanguageServer):
         self.tcp = False
         self.client_connected = False  # over TCP: one client at a time
         self.warming: dict[str, tuple[asyncio.TimerHandle, threading.Event]] = {}  # uri -> pending warm-up
+        # uri -> held from reading a document's version until the editor answers the edit naming it: a
+        # reject and a newer rewrite's first edit, sent together, named the same version and one was refused
+        self.editing: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def load(self, args) -> None:
         """Load the model in a background thread so `initialize` answers at once."""

@@ -221,24 +221,25 @@ def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> N
 
 async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> None:
     """Put `output` over the rewrite's target, unless the user edited the target meanwhile."""
-    if job.closed:
-        return
-    document = open_document(ls, job.uri)
-    job.follow(document.source)
-    if not job.held:
-        stop_for_typing(ls, job)
-        return
-    version, before = document.version, document.source
-    output = job.shown(output)
-    expected = before[:job.start] + output + before[job.end:]
-    edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
-        edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end, job.encoding), new_text=output)])])
-    job.editing = True
-    try:
-        answer = await apply_edit(ls, edit, "assistant")
-    finally:
-        job.editing = False
+    async with ls.editing[job.uri]:
+        if job.closed:
+            return
+        document = open_document(ls, job.uri)
+        job.follow(document.source)
+        if not job.held:
+            stop_for_typing(ls, job)
+            return
+        version, before = document.version, document.source
+        output = job.shown(output)
+        expected = before[:job.start] + output + before[job.end:]
+        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
+            edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end, job.encoding), new_text=output)])])
+        job.editing = True
+        try:
+            answer = await apply_edit(ls, edit, "assistant")
+        finally:
+            job.editing = False
     if job.closed:
         return
     now = ls.workspace.text_documents[job.uri]
@@ -316,15 +317,16 @@ async def reject(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
     """Put the original text back over the rewritten range, exactly; a newer rewrite started meanwhile stays."""
     if job is None or job.running or job.undo is None:
         raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
-    document = open_document(ls, uri)
-    job.follow(document.source)
-    if job.undo is None:
-        raise JsonRpcInvalidRequest("the rewritten text was edited since; use the editor's undo")
-    version = document.version  # the document object changes in place when the edit lands
-    edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
-        edits=[types.TextEdit(range=job.range_at(job.start, job.end), new_text=job.undo)])])
-    answer = await apply_edit(ls, edit, "assistant: reject")
+    async with ls.editing[uri]:
+        document = open_document(ls, uri)
+        job.follow(document.source)
+        if job.undo is None:
+            raise JsonRpcInvalidRequest("the rewritten text was edited since; use the editor's undo")
+        version = document.version  # the document object changes in place when the edit lands
+        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+            edits=[types.TextEdit(range=job.range_at(job.start, job.end), new_text=job.undo)])])
+        answer = await apply_edit(ls, edit, "assistant: reject")
     now = ls.workspace.text_documents.get(uri)
     if not answer.applied or now is None or now.version is None or version is None or now.version <= version:
         raise JsonRpcInvalidRequest(f"the editor did not restore the original text: {answer.failure_reason or 'stale'}")
