@@ -33,7 +33,8 @@ multiplied by MKL in float32; a prefill then costs what float32's does.
 
 The C++ source beside this file is compiled once per machine into the cache (about 10 s with g++;
 with no compiler or no AVX2 the format is not offered, and `auto` picks another) and called through
-ctypes, which releases the GIL. It runs on torch's own OpenMP threads (the same libgomp).
+ctypes, which releases the GIL (`Kernel`, which `amx_kernel` builds with too). It runs on torch's own
+OpenMP threads (the same libgomp).
 """
 
 from __future__ import annotations
@@ -52,86 +53,100 @@ import torch
 
 from . import atomic
 
-SOURCE = Path(__file__).with_suffix(".cpp")
-FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=c++20"]
 ROWS = 64  # more rows than any verification: larger batches go through MKL
 OUTPUTS = 4096  # outputs dequantized at a time for MKL: at most 147 MB of float32 (8960 inputs), kept
 KINDS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 12: (256, 144), 14: (256, 210)}
 # the GGML block types it takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): weights and bytes per block
 GROUP_BYTES = {2: 144, 3: 160, 6: 176, 7: 192, 8: 272, 12: 1184, 14: 2192}  # per 8 outputs' blocks, regrouped
+OUTPUTS = MULTIPLE = 8  # outputs a group holds; a layer's outputs must be a multiple
 
 log = logging.getLogger("assistant")
-_lock = threading.Lock()
-_library: ctypes.CDLL | None = None
-_failure: str | None = None
 _scratch = threading.local()
 
 
 class KernelError(RuntimeError):
-    """The block kernel cannot run here; the message says why."""
+    """A kernel cannot run here; the message says why."""
 
 
-def cpu_has_avx2() -> bool:
+def cpu_flags() -> set[str]:
     try:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
     except (OSError, StopIteration):
-        return False
-    return {"avx2", "fma", "f16c"} <= set(flags.split(":", 1)[1].split())
+        return set()
+    return set(flags.split(":", 1)[1].split())
 
 
-def library() -> ctypes.CDLL:
-    """The compiled kernel, built into the cache on first use; raises KernelError where it cannot be."""
-    global _library, _failure
-    with _lock:
-        if _library is None and _failure is None:
-            try:
-                from .models import cache_root  # models imports weights, which imports this
-                _library = build(cache_root())
-            except (KernelError, OSError) as error:
-                _failure = str(error)
-                log.info("no gguf weights here: %s", _failure)
-        if _library is None:
-            raise KernelError(_failure)
-        return _library
+class Kernel:
+    """A C++ source beside this file, compiled once per machine into the cache with the system's g++
+    and loaded through ctypes (which releases the GIL), on CPUs with `needs` (/proc/cpuinfo's flags).
+    `ready(library)` says why a built library cannot run here after all, or None."""
+
+    def __init__(self, source: str, flags: list[str], needs: set[str], signatures: dict, ready=lambda library: None):
+        self.source, self.flags, self.needs = Path(__file__).with_name(source), flags, needs
+        self.signatures, self.ready = signatures, ready
+        self._lock = threading.Lock()
+        self._library: ctypes.CDLL | None = None
+        self._failure: str | None = None
+
+    def library(self) -> ctypes.CDLL:
+        """The compiled kernel, built into the cache on first use; raises KernelError where it cannot be."""
+        with self._lock:
+            if self._library is None and self._failure is None:
+                try:
+                    from .models import cache_root  # models imports weights, which imports this
+                    library = self.build(cache_root())
+                    if (why := self.ready(library)) is not None:
+                        raise KernelError(why)
+                    self._library = library
+                except (KernelError, OSError) as error:
+                    self._failure = str(error)
+                    log.info("no %s kernel here: %s", self.source.stem, self._failure)
+            if self._library is None:
+                raise KernelError(self._failure)
+            return self._library
+
+    def usable(self) -> bool:
+        try:
+            self.library()
+        except KernelError:
+            return False
+        return True
+
+    def failure(self) -> str | None:
+        """Why the kernel cannot run here, once `library` was tried; None where it runs."""
+        return self._failure
+
+    def stamp(self, compiler: str = "") -> str:
+        """Names the source and flags (and compiler): what was built or measured with another is not used."""
+        return hashlib.sha256(self.source.read_bytes() + repr((compiler, self.flags)).encode()).hexdigest()[:16]
+
+    def build(self, cache: Path) -> ctypes.CDLL:
+        if missing := self.needs - cpu_flags():
+            raise KernelError(f"{self.source.name} needs a CPU with {', '.join(sorted(missing))}")
+        compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+        if compiler is None:
+            raise KernelError(f"{self.source.name} needs a C++ compiler (g++) to be built once")
+        path = cache / "kernels" / f"{self.source.stem}-{self.stamp(compiler)}.so"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic.temporary_beside(path) as temporary:
+                done = subprocess.run([compiler, *self.flags, str(self.source), "-o", str(temporary)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise KernelError(f"building {self.source.name} failed: {done.stderr.strip()[-2000:]}")
+                os.replace(temporary, path)
+        library = ctypes.CDLL(str(path))
+        for name, (argtypes, restype) in self.signatures.items():
+            getattr(library, name).argtypes, getattr(library, name).restype = argtypes, restype
+        return library
 
 
-def usable() -> bool:
-    try:
-        library()
-    except KernelError:
-        return False
-    return True
-
-
-def failure() -> str | None:
-    """Why the kernel cannot run here, once `library` was tried; None where it runs."""
-    return _failure
-
-
-def stamp(compiler: str = "") -> str:
-    """Names this kernel's source and flags (and compiler): what was built or measured with another is not used."""
-    return hashlib.sha256(SOURCE.read_bytes() + repr((compiler, FLAGS)).encode()).hexdigest()[:16]
-
-
-def build(cache: Path) -> ctypes.CDLL:
-    if not cpu_has_avx2():
-        raise KernelError("the block kernel needs a CPU with AVX2, FMA and F16C")
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        raise KernelError("the block kernel needs a C++ compiler (g++) to be built once")
-    path = cache / "kernels" / f"blocks-{stamp(compiler)}.so"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.temporary_beside(path) as temporary:
-            done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(temporary)], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise KernelError(f"building the block kernel failed: {done.stderr.strip()[-2000:]}")
-            os.replace(temporary, path)
-    lib = ctypes.CDLL(str(path))
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.block_linear.argtypes = [p, i64, i64, p, i64, i32, p]
-    lib.block_dequantize.argtypes = [p, i64, i64, i32, p]
-    return lib
+_p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+AVX2 = Kernel("block_kernel.cpp", ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-fPIC",
+                                   "-shared", "-std=c++20"], {"avx2", "fma", "f16c"},
+              {"block_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None),
+               "block_dequantize": ([_p, _i64, _i64, _i32, _p], None)})
+library, usable, failure, stamp = AVX2.library, AVX2.usable, AVX2.failure, AVX2.stamp
 
 
 def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
@@ -143,7 +158,7 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     for Q8_0 and Q6_K, signed bytes (Q6_K's q - 32)."""
     out, per = blocks.shape[0], KINDS[kind][0]
     raw = blocks.numpy().reshape(out, -1, KINDS[kind][1])
-    fields, codes = _fields(kind, raw)
+    fields, codes = block_fields(kind, raw)
     parts = [np.ascontiguousarray(f.reshape(out // 8, 8, raw.shape[1], -1).transpose(0, 2, 3, 1)).view(np.uint8)
              .reshape(out // 8, raw.shape[1], -1) for f in fields]
     codes = codes.reshape(out // 8, 8, raw.shape[1], per).transpose(0, 2, 3, 1)  # [groups, blocks, inputs, 8]
@@ -154,7 +169,7 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(parts, axis=-1).reshape(out // 8, -1))
 
 
-def _fields(kind: int, raw: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+def block_fields(kind: int, raw: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """A block type's fields [out, blocks, count] in the kernel's order, and its codes [out, blocks,
     inputs] as uint8 (Q8_0's and Q6_K's signed), input by input (gguf-py's `quants` lays them out)."""
     half = lambda at: raw[..., at:at + 2].copy().view(np.uint16)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import atomic, block_kernel, models
+from . import atomic, models, weights
 from .kv_cache import preallocated_cache
 
 COST_SIZES = (1, 2, 4, 8, 16, 32)
@@ -88,9 +88,9 @@ FORWARD = 2  # in the cache key; raised when the forward's speed changes (2: att
 
 
 def costs_path(loaded: models.LoadedModel) -> Path:
-    """Where the curve is cached: per model, forward, weights (gguf's with its kernel's source: a
-    changed kernel has another curve), device and threads."""
-    kernel = f"-{block_kernel.stamp()[:8]}" if loaded.weights == "gguf" else ""
+    """Where the curve is cached: per model, forward, weights (those on a kernel of ours with its source:
+    a changed kernel has another curve), device and threads."""
+    kernel = f"-{weights.KERNELS[loaded.weights].stamp()[:8]}" if loaded.weights in weights.KERNELS else ""
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-f{FORWARD}-{loaded.weights}{kernel}"
            f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
     return models.cache_root() / "costs" / f"{key.replace('/', '--')}.json"

@@ -315,8 +315,8 @@ def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, devic
     if target.type == "cpu" and chosen in weights_module.COMPACT:
         if model.config.model_type in weights_module.FAMILIES:
             log.info("packing %s's linear layers as %s", name, chosen)
-            # int4 and gguf carry a GGUF's blocks over; the GGUF is only opened when the cache misses.
-            gguf = (lambda: gguf_file(spec)) if chosen in ("int4", "gguf") and sha is not None else None
+            # int4 and the gguf formats carry a GGUF's blocks over; the GGUF is only opened when the cache misses.
+            gguf = (lambda: gguf_file(spec)) if chosen in weights_module.FROM_GGUF and sha is not None else None
             weights_module.pack_cached(model, chosen, packed_path(where, chosen, gguf is not None), gguf)
         else:
             log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",

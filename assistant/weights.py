@@ -64,6 +64,7 @@ import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -73,12 +74,12 @@ from gguf import quants as gguf_quants
 from safetensors import SafetensorError
 from torch import nn
 
-from . import atomic, block_kernel, gguf_blocks
+from . import amx_kernel, atomic, block_kernel, gguf_blocks
 
-FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf")
+FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16")
 CHOICES = ("auto",) + FORMATS
 DEFAULT = os.environ.get("ASSISTANT_WEIGHTS") or "auto"  # the test suite pins float32: outputs alike everywhere
-COMPACT = ("float16", "int8", "int4", "gguf")  # formats that replace the linear layers of a float32 model
+COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
 PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
@@ -96,19 +97,19 @@ def available(device: torch.device) -> tuple[str, ...]:
 
 
 def runs(weights: str, device: torch.device) -> bool:
-    """Whether this device runs `weights`; only `gguf` builds its kernel to know (once per machine)."""
+    """Whether this device runs `weights`; the formats on our kernels build them to know (once per machine)."""
     if device.type != "cpu":
         return weights in ("float32", "bfloat16", "float16")
     if weights == "float16":
         return "fbgemm" in torch.backends.quantized.supported_engines
-    return weights != "gguf" or block_kernel.usable()
+    return weights not in KERNELS or KERNELS[weights].usable()
 
 
 def check(weights: str, device: torch.device) -> str:
     if weights not in CHOICES:
         raise WeightsError(f"unknown weights {weights!r}: use one of {', '.join(CHOICES)}")
     if weights != "auto" and not runs(weights, device):
-        why = f" ({block_kernel.failure()})" if weights == "gguf" and device.type == "cpu" else ""
+        why = f" ({KERNELS[weights].failure()})" if weights in KERNELS and device.type == "cpu" else ""
         raise WeightsError(f"weights {weights!r} do not run on {device.type} here{why}: use one of "
                            f"auto, {', '.join(available(device))}")
     return weights
@@ -209,57 +210,72 @@ class Int4Linear(QuantizedLinear):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales)
 
 
-class BlockLinear(nn.Module):
-    """y = x W^T + b with W in a GGUF's own blocks (any type `block_kernel` takes), regrouped by 8
-    outputs (`block_kernel.repack`), through `block_kernel`; x, y and the sums in float32."""
+class GgufLinear(nn.Module):
+    """y = x W^T + b with W in a GGUF's own blocks, laid out once for a kernel (`KERNEL.repack`: groups
+    of `KERNEL.OUTPUTS` outputs) and multiplied by it; x, y and the sums in float32."""
 
-    KEYS = ("groups", "kind")  # [out / 8, bytes per 8 rows] uint8; [1] the GGML block type
+    KEYS = ("groups", "kind")  # [out / OUTPUTS, bytes per group] uint8; [1] the GGML block type
+    KERNEL: ModuleType  # block_kernel or amx_kernel
 
     def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
         super().__init__()
         self.register_buffer("groups", tensors["groups"])
         self.register_buffer("bias", bias)
         self.kind = int(tensors["kind"])
-        self.in_features, self.out_features = in_features, self.groups.shape[0] * 8
-        block_kernel.check(self.groups, self.kind, in_features)
-        self.library = block_kernel.library()
+        self.in_features, self.out_features = in_features, self.groups.shape[0] * self.KERNEL.OUTPUTS
+        self.KERNEL.check(self.groups, self.kind, in_features)
+        self.library = self.KERNEL.library()
 
-    @staticmethod
-    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> dict[str, torch.Tensor]:
         """Q8_0: one float16 scale and 32 int8 codes per 32 weights, as GGUF's own quantizer makes them."""
         kind = GGMLQuantizationType.Q8_0.value
         blocks = torch.from_numpy(gguf_quants.quantize(weight.numpy(), GGMLQuantizationType.Q8_0))
-        return {"groups": block_kernel.repack(blocks, kind), "kind": torch.tensor([kind])}
+        return {"groups": cls.KERNEL.repack(blocks, kind), "kind": torch.tensor([kind])}
 
-    @staticmethod
-    def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
-        """The GGUF's own blocks of a linear layer, regrouped, or None where the kernel does not take
+    @classmethod
+    def carried(cls, name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The GGUF's own blocks of a linear layer, laid out, or None where the kernel does not take
         their type or they do not give back `weight` (dequantized from them) exactly."""
         found = gguf_blocks.layer_blocks(name, blocks, config)
-        if found is None or found[0].value not in block_kernel.KINDS:
+        if found is None or found[0].value not in cls.KERNEL.KINDS:
             return None
-        kind, rows = found[0].value, found[1]
-        if rows.shape[0] != weight.shape[0] or not torch.equal(block_kernel.dequantize(
-                block_kernel.library(), block_kernel.repack(rows[:8], kind), kind, weight.shape[1]), weight[:8]):
+        kind, rows, first = found[0].value, found[1], cls.KERNEL.MULTIPLE
+        if rows.shape[0] != weight.shape[0] or not torch.equal(cls.KERNEL.dequantize(
+                cls.KERNEL.library(), cls.KERNEL.repack(rows[:first], kind), kind, weight.shape[1]), weight[:first]):
             return None
-        return {"groups": block_kernel.repack(rows, kind), "kind": torch.tensor([kind])}
+        return {"groups": cls.KERNEL.repack(rows, kind), "kind": torch.tensor([kind])}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = block_kernel.linear(self.library, x.reshape(-1, self.in_features).float(), self.groups, self.kind,
-                                  self.in_features)
+        out = self.KERNEL.linear(self.library, x.reshape(-1, self.in_features).float(), self.groups, self.kind,
+                                 self.in_features)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear}
+class BlockLinear(GgufLinear):
+    """Groups of 8 outputs through the AVX2 kernel (`block_kernel`): float32 activations."""
+
+    KERNEL = block_kernel
+
+
+class TileLinear(GgufLinear):
+    """Groups of 16 outputs through the AMX kernel (`amx_kernel`): activations rounded to bfloat16 there."""
+
+    KERNEL = amx_kernel
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear}
+KERNELS = {"gguf": block_kernel.AVX2, "gguf-bf16": amx_kernel.AMX}  # formats that run on a kernel of ours
+FROM_GGUF = ("int4", "gguf", "gguf-bf16")  # formats that carry a GGUF's blocks over
 
 
 def fits(weights: str, linear: nn.Linear) -> bool:
     """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte;
-    gguf takes blocks of 32 inputs and outputs by 8)."""
-    return (weights not in ("int4", "gguf") or linear.in_features % INT4_GROUP == 0) and (
-        weights != "gguf" or linear.out_features % 8 == 0)
+    the GGUF formats take blocks of 32 inputs and outputs by 8, or by 32 on AMX)."""
+    return (weights not in FROM_GGUF or linear.in_features % INT4_GROUP == 0) and (
+        weights not in KERNELS or linear.out_features % QUANTIZED[weights].KERNEL.MULTIPLE == 0)
 
 
 def linears(model: nn.Module) -> list[str]:
@@ -293,7 +309,7 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
     widths = {model.get_submodule(name).in_features for name in names}
     pads = {width: consistent_sizes(width) for width in widths} if weights == "float16" else {}
     kind = QUANTIZED.get(weights)
-    blocks = gguf_blocks.blocks(gguf) if weights in ("int4", "gguf") and stored is None and gguf is not None else {}
+    blocks = gguf_blocks.blocks(gguf) if weights in FROM_GGUF and stored is None and gguf is not None else {}
     carried: list[str] = []
 
     def compact(name: str) -> tuple[str, nn.Module, dict[str, torch.Tensor]]:
@@ -340,13 +356,14 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
             runs[weights] = lambda x, w=linear.weight.detach().to(torch.bfloat16): F.linear(x.to(w.dtype), w)
         elif weights == "float16":
             runs[weights] = Float16Linear(linear, [])
-        elif weights == "gguf":  # random codes in what a 4-bit GGUF holds most: Q4_K, Q5_0 where rows are not 256 long
+        elif weights in KERNELS:  # random codes in what a 4-bit GGUF holds most: Q4_K, Q5_0 where rows are not 256 long
             kind = GGMLQuantizationType.Q4_K if in_features % 256 == 0 else GGMLQuantizationType.Q5_0
             per, size = block_kernel.KINDS[kind.value]
             blocks = torch.randint(0, 256, (out_features, in_features // per, size), dtype=torch.uint8, generator=generator)
             blocks[..., :4] = torch.tensor([0x2E66, 0x2E66], dtype=torch.int16).view(torch.uint8)  # float16 scales of 0.1
-            runs[weights] = BlockLinear({"groups": block_kernel.repack(blocks.reshape(out_features, -1), kind.value),
-                                         "kind": torch.tensor([kind.value])}, None, in_features)
+            layer = QUANTIZED[weights]
+            runs[weights] = layer({"groups": layer.KERNEL.repack(blocks.reshape(out_features, -1), kind.value),
+                                   "kind": torch.tensor([kind.value])}, None, in_features)
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
     inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in EDIT}
@@ -369,7 +386,7 @@ def choose(config, device: torch.device, cache: Path) -> str:
     shape = (text.hidden_size, text.intermediate_size)
     offered = available(device)
     key = (f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
-           f"-{'-'.join(offered)}{f'-{block_kernel.stamp()}' if 'gguf' in offered else ''}"
+           f"-{'-'.join(offered)}{''.join(f'-{KERNELS[f].stamp()}' for f in offered if f in KERNELS)}"
            f"-{'-'.join(f'{count}x{rows}' for rows, count in EDIT.items())}")
     path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
     saved = atomic.read_json(path)
@@ -425,10 +442,10 @@ def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.T
     expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
     if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
         return None
-    rows = 8 if weights == "gguf" else 1  # outputs per stored row: gguf's groups hold 8
+    rows = kind.KERNEL.OUTPUTS if weights in KERNELS else 1  # outputs per stored row
     if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] * rows != linear.out_features for name, linear in expected.items()):
         return None
-    if weights == "gguf" and not all(stored[f"{name}.kind"].numel() == 1 and block_kernel.holds(
+    if weights in KERNELS and not all(stored[f"{name}.kind"].numel() == 1 and kind.KERNEL.holds(
             stored[f"{name}.groups"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
         return None
     return stored

@@ -11,12 +11,28 @@ os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine
 
 import logging  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch
+import torch  # noqa: E402
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 
 from assistant import attention  # noqa: E402
 
 TINY_VOCAB = 64
+
+
+# Where each GGML block type keeps float16 scales: what `random_blocks` gives a real model's size.
+SCALES = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}
+
+
+def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: int = 0) -> np.ndarray:
+    """Blocks of random codes with float16 scales of a real model's size: [rows, bytes per row]."""
+    generator = np.random.default_rng(seed)
+    block, size = GGML_QUANT_SIZES[kind]
+    raw = generator.integers(0, 256, (rows, features // block, size), dtype=np.uint8)
+    for at in SCALES[kind.name]:
+        raw[..., at:at + 2] = generator.uniform(-0.05, 0.05, (rows, features // block, 1)).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
 
 
 def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):

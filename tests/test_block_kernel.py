@@ -4,30 +4,16 @@ on their own blocks with the float32 model's very weights."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import safetensors.torch
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 from gguf import quants
 
 from assistant import block_kernel, weights
-from conftest import make_tiny_model, packed_smollm2
+from conftest import SCALES, make_tiny_model, packed_smollm2, random_blocks
 
 pytestmark = pytest.mark.skipif(not block_kernel.usable(), reason=f"no block kernel here: {block_kernel.failure()}")
-
-SCALES = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}  # where each block keeps float16s
-
-
-def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: int = 0) -> np.ndarray:
-    """Blocks of random codes with float16 scales of a real model's size: [rows, bytes per row]."""
-    generator = np.random.default_rng(seed)
-    block, size = GGML_QUANT_SIZES[kind]
-    raw = generator.integers(0, 256, (rows, features // block, size), dtype=np.uint8)
-    for at in SCALES[kind.name]:
-        raw[..., at:at + 2] = generator.uniform(-0.05, 0.05, (rows, features // block, 1)).astype(np.float16).view(np.uint8)
-    return raw.reshape(rows, -1)
-
 
 @pytest.mark.parametrize("name", list(SCALES))
 def test_blocks_dequantize_exactly_as_ggufs_reference_does(name):
@@ -80,8 +66,8 @@ def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
 
 
 def test_without_the_kernel_the_format_is_refused_with_the_reason(monkeypatch):
-    monkeypatch.setattr(block_kernel, "usable", lambda: False)
-    monkeypatch.setattr(block_kernel, "failure", lambda: "the block kernel needs a C++ compiler (g++) to be built once")
+    monkeypatch.setattr(block_kernel.AVX2, "usable", lambda: False)
+    monkeypatch.setattr(block_kernel.AVX2, "failure", lambda: "the block kernel needs a C++ compiler (g++) to be built once")
     assert "gguf" not in weights.available(torch.device("cpu"))
     with pytest.raises(weights.WeightsError, match=r"'gguf' do not run on cpu here \(the block kernel needs a C\+\+ "
                                                    r"compiler \(g\+\+\) to be built once\): use one of auto, float32"):

@@ -6,8 +6,9 @@ targets are about the last two apart: a one-token step and a 16-token verificati
 llama.cpp) is fed the same real token ids (the bench records' text), with the same threads, and
 each cost is the best of a few rounds in which the engines take turns, so that load on the
 machine, or a VM slowing down during the run, hurts them alike (measured one engine after the
-other, a VM that slowed by 1.6x made one engine's step look 1.6x dearer than in the run before). llama.cpp's verification asks for the logits of
-all 16 rows, as the engine's does (its plain decoding asks only for the last row's).
+other, a VM that slowed by 1.6x made one engine's step look 1.6x dearer than in the run before).
+llama.cpp's verification asks for the logits of all 16 rows, as the engine's does (its plain
+decoding asks only for the last row's).
 """
 
 from __future__ import annotations

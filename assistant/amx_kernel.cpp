@@ -1,0 +1,397 @@
+// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `amx_kernel.repack`, on AMX:
+// x and y in float32, x rounded to bfloat16 for the tiles. Why, and what it measured: amx_kernel.py.
+//
+// A weight of sub-block u is q s_u + o_u: an integer code q (small enough for bfloat16 to hold it
+// exactly) times a scale, plus an offset, both per output (the GGUF's d sc and -dmin m for Q4_K). So
+//     y = sum over u of  s_u (x_u . q_u)  +  o_u (sum of x_u)
+// The tiles hold the codes as bfloat16 integers (a table lookup), TDPBF16PS sums x_u . q_u from zero
+// for each sub-block in float32, and the scales are applied in float32 FMAs, sub-block after sub-block.
+// A row's every operation is the same whatever the number of rows and whichever path runs them, and a
+// tile computes each row from that row of x alone: verifying a draft reproduces one-token steps bit for
+// bit.
+//
+// Tiles: 0 and 1 sum rows 0-15 for a panel's outputs 0-15 and 16-31, 2 and 3 rows 16-31; 4 and 5 hold
+// x's rows 0-15 and 16-31 over one sub-block, 6 and 7 the codes: rows of input pairs, each row 16
+// outputs x 2 inputs (the layout TDPBF16PS reads).
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <initializer_list>
+
+namespace {
+
+enum Kind { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+
+inline __m512 halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 bytes_u(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+inline __m512 bytes_s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+
+// A unit: 16 outputs' blocks over the same inputs. Per block: the fields, each a value per output
+// (float16 scales, 6-bit or 8-bit sub-block scales as bytes), then each 32-input chunk's codes as the
+// 16 rows of a weight tile: nibbles (byte j: output j's inputs 2r low, 2r + 1 high) or bytes (byte
+// 2j + p: output j's input 2r + p). Per kind: inputs per block and per scale (SUB), bytes of fields and
+// of a block, whether codes are nibbles, whether weights have an offset, and the value of code 0.
+template <int K> struct Units;
+template <> struct Units<Q4_0> {
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 288, LOW = -8;
+    static constexpr bool NIBBLES = true, OFFSET = false;
+    static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
+};
+template <> struct Units<Q4_1> {
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 64, BYTES = 320, LOW = 0;
+    static constexpr bool NIBBLES = true, OFFSET = true;
+    static void scales(const uint8_t* b, int, __m512& s, __m512& o) { s = halves(b), o = halves(b + 32); }
+};
+template <> struct Units<Q5_0> {
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 544, LOW = -16;
+    static constexpr bool NIBBLES = false, OFFSET = false;
+    static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
+};
+template <> struct Units<Q5_1> {
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 64, BYTES = 576, LOW = 0;
+    static constexpr bool NIBBLES = false, OFFSET = true;
+    static void scales(const uint8_t* b, int, __m512& s, __m512& o) { s = halves(b), o = halves(b + 32); }
+};
+template <> struct Units<Q8_0> {  // codes are signed bytes: converted through float32, not a table
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 544, LOW = -128;
+    static constexpr bool NIBBLES = false, OFFSET = false;
+    static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
+};
+template <> struct Units<Q4_K> {  // d, dmin, then 8 sub-blocks' scales and 8 minima: d sc q - dmin m
+    static constexpr int BLOCK = 256, SUB = 32, FIELDS = 320, BYTES = 2368, LOW = 0;
+    static constexpr bool NIBBLES = true, OFFSET = true;
+    static void scales(const uint8_t* b, int u, __m512& s, __m512& o) {
+        s = _mm512_mul_ps(halves(b), bytes_u(b + 64 + 16 * u));
+        o = _mm512_xor_ps(_mm512_mul_ps(halves(b + 32), bytes_u(b + 192 + 16 * u)), _mm512_set1_ps(-0.0f));
+    }
+};
+template <> struct Units<Q6_K> {  // d, then 16 sub-blocks' signed scales: d sc (q - 32)
+    static constexpr int BLOCK = 256, SUB = 16, FIELDS = 288, BYTES = 4384, LOW = -32;
+    static constexpr bool NIBBLES = false, OFFSET = false;
+    static void scales(const uint8_t* b, int u, __m512& s, __m512&) { s = _mm512_mul_ps(halves(b), bytes_s(b + 32 + 16 * u)); }
+};
+
+constexpr int PANEL = 32;    // outputs per panel: two units (the last may have one)
+constexpr int64_t FEW = 32;  // up to this many rows, each sub-block's tiles are made as they are used
+constexpr int64_t ROWS = 64;  // up to this many rows (more than any verification), each row exactly alike
+constexpr int64_t SPAN = 256;  // a prefill's rows a panel's tiles are made for: their x stays in L2 (1,500 at once: 2x slower)
+constexpr int TILE = 1024;   // bytes of a weight tile (at most)
+
+struct alignas(64) Config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Tiles for `rows` rows (1-32) over `sub` inputs.
+void configure(int rows, int sub) {
+    Config c;
+    const int top = rows < 16 ? rows : 16, bottom = rows - top;
+    for (int t : {0, 1}) c.rows[t] = top, c.colsb[t] = 64;
+    c.rows[4] = top, c.colsb[4] = 2 * sub;
+    if (bottom > 0) {
+        for (int t : {2, 3}) c.rows[t] = bottom, c.colsb[t] = 64;
+        c.rows[5] = bottom, c.colsb[5] = 2 * sub;
+    }
+    for (int t : {6, 7}) c.rows[t] = sub / 2, c.colsb[t] = 64;
+    asm volatile("" : : "r"(&c) : "memory");  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes
+    _tile_loadconfig(&c);
+}
+
+// code -> bfloat16 of LOW + code, for codes 0-63
+template <class L>
+struct Table {
+    __m512i low, high;
+    Table() {
+        alignas(64) uint16_t words[64];
+        for (int i = 0; i < 64; i++) {
+            const float v = float(L::LOW + i);
+            uint32_t bits;
+            __builtin_memcpy(&bits, &v, 4);
+            words[i] = uint16_t(bits >> 16);  // small integers: bfloat16 holds them exactly
+        }
+        low = _mm512_load_si512(words), high = _mm512_load_si512(words + 32);
+    }
+};
+
+// The weight tile of sub-block u of one unit's block b (SUB / 2 rows of 64 bytes) into `to`.
+template <class L>
+inline void weight_tile(const uint8_t* b, int u, const Table<L>& t, uint8_t* to) {
+    constexpr int ROWS = L::SUB / 2;
+    const int chunk = u * L::SUB / 32, first = u * L::SUB % 32 / 2;  // Q6_K: two sub-blocks a chunk
+    const uint8_t* codes = b + L::FIELDS + chunk * (L::NIBBLES ? 256 : 512);
+#pragma GCC unroll 16
+    for (int r = first; r < first + ROWS; r++) {
+        __m512i words;
+        if (L::NIBBLES) {  // dword j = output j's codes at 2r and 2r + 1, in its two words
+            const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * r)));
+            words = _mm512_permutexvar_epi16(
+                _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000F000F), 0xA8), t.low);
+        } else if (L::LOW == -128) {
+            const __m512 lo = bytes_s(codes + 32 * r), hi = bytes_s(codes + 32 * r + 16);
+            words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+        } else {
+            const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * r)));
+            words = _mm512_permutex2var_epi16(t.low, v, t.high);
+        }
+        _mm512_store_si512(to + 64 * (r - first), words);
+    }
+}
+
+// The weight tile of 32-input chunk c of one unit's block b as bfloat16 weights, each the GGUF's
+// (q s + o, rounded once in float32) rounded to bfloat16: what a prefill multiplies, over all inputs.
+template <class L>
+inline void dense_tile(const uint8_t* b, int c, __m512i order, uint8_t* to) {
+    const uint8_t* codes = b + L::FIELDS + c * (L::NIBBLES ? 256 : 512);
+    for (int h = 0; h < 32 / L::SUB; h++) {
+        __m512 s, o = _mm512_setzero_ps();
+        L::scales(b, c * 32 / L::SUB + h, s, o);
+#pragma GCC unroll 16
+        for (int r = h * L::SUB / 2; r < (h + 1) * L::SUB / 2; r++) {
+            __m512i v;  // dword j: output j's codes at 2r (low word) and 2r + 1 (high word)
+            if (L::NIBBLES) {
+                v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * r)));
+                v = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
+            } else {
+                const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * r));
+                v = L::LOW == -128 ? _mm512_cvtepi8_epi16(bytes) : _mm512_cvtepu8_epi16(bytes);
+            }
+            const __m512i low = L::LOW == -128 ? _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16)
+                                               : _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
+            const __m512i high = L::LOW == -128 ? _mm512_srai_epi32(v, 16) : _mm512_srli_epi32(v, 16);
+            const __m512i offset = _mm512_set1_epi32(L::LOW == -128 ? 0 : L::LOW);
+            auto weight = [&](__m512i q) {
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(q, offset));
+                return L::OFFSET ? _mm512_fmadd_ps(f, s, o) : _mm512_mul_ps(f, s);
+            };
+            const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(weight(high), weight(low)));
+            _mm512_store_si512(to + 64 * r, _mm512_permutexvar_epi16(order, words));
+        }
+    }
+}
+
+// From cvtne2ps_pbh(inputs 2r + 1, inputs 2r), words [2r of outputs 0-15, 2r + 1 of 0-15], to a tile
+// row's [output 0: 2r, 2r + 1; output 1: ...].
+inline __m512i pairs() {
+    alignas(64) int16_t at[32];
+    for (int t = 0; t < 32; t++) at[t] = int16_t((t % 2) * 16 + t / 2);
+    return _mm512_load_si512(at);
+}
+
+// x rounded to bfloat16, and the sum of each row's rounded values over each sub-block, in float32.
+template <class L>
+void round_rows(const float* x, int64_t m, int64_t k, uint16_t* xb, float* sums) {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t u = 0; u < k / L::SUB; u++) {
+            __m512 total = _mm512_setzero_ps();
+            for (int h = 0; h < L::SUB; h += 16) {
+                const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + r * k + u * L::SUB + h));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + r * k + u * L::SUB + h), reinterpret_cast<__m256i>(b));
+                total = _mm512_add_ps(total, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(b)), 16)));
+            }
+            sums[r * (k / L::SUB) + u] = _mm512_reduce_add_ps(total);
+        }
+}
+
+// More than ROWS rows (a prefill): SPAN rows at a time, each panel's weights dequantized to bfloat16
+// once for them, over all inputs, and summed by the tiles over every input; x already rounded into xb.
+template <class L>
+void dense(const uint16_t* xb, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
+    const int64_t unit_bytes = k / L::BLOCK * L::BYTES, chunks = k / 32, panels = (n + PANEL - 1) / PANEL;
+    const __m512i order = pairs();
+    uint8_t* tiles = static_cast<uint8_t*>(aligned_alloc(64, chunks * 2 * 1024));
+    alignas(64) float sums[32 * 32];
+    int configured = 0;
+    for (int64_t first = 0; first < m; first += SPAN) {
+        const int64_t last = first + SPAN < m ? first + SPAN : m;
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+        const int width = n - p * PANEL < PANEL ? 1 : 2;
+        for (int64_t c = 0; c < chunks; c++)
+            for (int h = 0; h < width; h++)
+                dense_tile<L>(units + (2 * p + h) * unit_bytes + c * 32 / L::BLOCK * L::BYTES, int(c % (L::BLOCK / 32)),
+                              order, tiles + (2 * c + h) * 1024);
+        for (int64_t r0 = first; r0 < last; r0 += 32) {
+            const int rows = int(last - r0 < 32 ? last - r0 : 32);
+            if (rows != configured) configure(rows, 32), configured = rows;
+            _tile_zero(0);
+            _tile_zero(1);
+            if (rows > 16) {
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t c = 0; c < chunks; c++) {
+                _tile_loadd(6, tiles + 2 * c * 1024, 64);
+                _tile_loadd(7, tiles + (2 * c + 1) * 1024, 64);
+                _tile_loadd(4, xb + r0 * k + c * 32, 2 * k);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (rows > 16) {
+                    _tile_loadd(5, xb + (r0 + 16) * k + c * 32, 2 * k);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, sums, 128);
+            _tile_stored(1, sums + 16, 128);
+            if (rows > 16) {
+                _tile_stored(2, sums + 16 * 32, 128);
+                _tile_stored(3, sums + 16 * 32 + 16, 128);
+            }
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < width; h++)
+                    _mm512_storeu_ps(y + (r0 + r) * n + p * PANEL + 16 * h, _mm512_load_ps(sums + 32 * r + 16 * h));
+        }
+    }
+    }
+    free(tiles);
+}
+
+// Up to ROWS rows (steps, verifications): each sub-block's products from zero, scaled in float32.
+template <class L>
+void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
+    const int64_t unit_bytes = k / L::BLOCK * L::BYTES, subs = k / L::SUB, panels = (n + PANEL - 1) / PANEL;
+    constexpr int TILE_BYTES = L::SUB / 2 * 64;
+    const Table<L> table;
+    alignas(64) float sums[2][32 * 32], acc[32 * 32];
+    // Few rows: three sub-blocks' tiles and scales at a time, in L1: the next made while this one
+    // multiplies and the last is scaled. More: the panel's every tile and scale once, then each 32 rows read them all.
+    const int64_t kept = m <= FEW ? 3 : subs;  // few: made, multiplied, scaled
+    uint8_t* tiles = static_cast<uint8_t*>(aligned_alloc(64, kept * 2 * TILE_BYTES));
+    __m512* scales = static_cast<__m512*>(aligned_alloc(64, kept * 4 * 64));
+    int configured = 0;
+    int width = 2;  // units in this panel: the last may have one
+    auto make = [&](const uint8_t* at, int64_t u, int64_t slot) {
+        for (int h = 0; h < width; h++) {
+            const uint8_t* b = at + h * unit_bytes + u * L::SUB / L::BLOCK * L::BYTES;
+            const int within = int(u % (L::BLOCK / L::SUB));
+            weight_tile<L>(b, within, table, tiles + (2 * slot + h) * TILE_BYTES);
+            __m512 o = _mm512_setzero_ps();
+            L::scales(b, within, scales[4 * slot + h], o);
+            scales[4 * slot + 2 + h] = o;
+        }
+    };
+    // The products of sub-block u's codes into sums[u % 2]: tile work, which runs beside the
+    // vector work of making the next tiles and scaling the last sums.
+    auto multiply = [&](const uint16_t* xr, int rows, int64_t u, int64_t slot) {
+        const uint8_t* w = tiles + 2 * slot * TILE_BYTES;
+        float* to = sums[u % 2];
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_loadd(6, w, 64);
+        _tile_loadd(4, xr + u * L::SUB, 2 * k);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_stored(0, to, 128);
+        if (width == 2) {
+            _tile_loadd(7, w + TILE_BYTES, 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_stored(1, to + 16, 128);
+        }
+        if (rows > 16) {
+            _tile_zero(2);
+            _tile_zero(3);
+            _tile_loadd(5, xr + 16 * k + u * L::SUB, 2 * k);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_stored(2, to + 16 * 32, 128);
+            if (width == 2) {
+                _tile_dpbf16ps(3, 5, 7);
+                _tile_stored(3, to + 16 * 32 + 16, 128);
+            }
+        }
+    };
+    auto scale = [&](const float* xs, int rows, int64_t u, int64_t slot) {
+        const __m512* s = scales + 4 * slot;
+        const float* from = sums[u % 2];
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < width; h++) {
+                __m512 a = _mm512_fmadd_ps(_mm512_load_ps(from + 32 * r + 16 * h), s[h], _mm512_load_ps(acc + 32 * r + 16 * h));
+                if (L::OFFSET) a = _mm512_fmadd_ps(_mm512_set1_ps(xs[r * subs + u]), s[2 + h], a);
+                _mm512_store_ps(acc + 32 * r + 16 * h, a);
+            }
+    };
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+        const uint8_t* at = units + 2 * p * unit_bytes;
+        width = n - p * PANEL < PANEL ? 1 : 2;
+        for (int64_t u = 0; u < (m > FEW ? subs : 1); u++) make(at, u, u);
+        for (int64_t r0 = 0; r0 < m; r0 += 32) {
+            const int rows = int(m - r0 < 32 ? m - r0 : 32);
+            if (rows != configured) configure(rows, L::SUB), configured = rows;
+            for (int i = 0; i < rows * 32; i++) acc[i] = 0.0f;
+            const uint16_t* xr = xb + r0 * k;
+            const float* xs = xsums + r0 * subs;
+            auto slot = [&](int64_t u) { return m <= FEW ? u % 3 : u; };
+            for (int64_t u = 0; u < subs; u++) {
+                multiply(xr, rows, u, slot(u));
+                if (m <= FEW && u + 1 < subs) make(at, u + 1, slot(u + 1));
+                if (u > 0) scale(xs, rows, u - 1, slot(u - 1));
+            }
+            scale(xs, rows, subs - 1, slot(subs - 1));
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < width; h++) {
+                    _mm512_storeu_ps(y + (r0 + r) * n + p * PANEL + 16 * h, _mm512_load_ps(acc + 32 * r + 16 * h));
+                }
+        }
+    }
+    free(tiles);
+    free(scales);
+}
+
+template <class L>
+void product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
+    const int64_t subs = k / L::SUB;
+    uint16_t* xb = static_cast<uint16_t*>(aligned_alloc(64, (m * k * 2 + 63) / 64 * 64));
+    float* xsums = static_cast<float*>(aligned_alloc(64, (m * subs * 4 + 63) / 64 * 64));
+#pragma omp parallel
+    {
+        round_rows<L>(x, m, k, xb, xsums);  // ends with a barrier
+        if (m > ROWS)
+            dense<L>(xb, m, k, units, n, y);
+        else
+            exact<L>(xb, xsums, m, k, units, n, y);
+        _tile_release();
+    }
+    free(xb);
+    free(xsums);
+}
+
+template <class L> struct Product {
+    static void run(const float* x, int64_t m, int64_t k, const uint8_t* u, int64_t n, float* y) {
+        product<L>(x, m, k, u, n, y);
+    }
+};
+
+template <template <class> class F, class... A>
+void by_kind(int kind, A... a) {
+    switch (kind) {
+        case Q4_0: return F<Units<Q4_0>>::run(a...);
+        case Q4_1: return F<Units<Q4_1>>::run(a...);
+        case Q5_0: return F<Units<Q5_0>>::run(a...);
+        case Q5_1: return F<Units<Q5_1>>::run(a...);
+        case Q8_0: return F<Units<Q8_0>>::run(a...);
+        case Q4_K: return F<Units<Q4_K>>::run(a...);
+        case Q6_K: return F<Units<Q6_K>>::run(a...);
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Whether this process may use AMX tiles: Linux grants the tile data state on request (0 where it did).
+int amx_request() {
+    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return int(syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA));
+}
+
+// x [m, k] float32, units of `kind` for n outputs (n a multiple of 16; see amx_kernel.repack), y [m, n]
+// float32.
+void amx_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
+    by_kind<Product>(kind, x, m, k, units, n, y);
+}
+}

@@ -1,0 +1,117 @@
+"""A matrix product on a GGUF's own blocks on AMX tiles: `--weights gguf-bf16`.
+
+MEASUREMENTS
+
+A weight of a GGUF block is an integer code times a scale plus an offset, per output and sub-block
+of 16 or 32 inputs (Q4_K: d sc q - dmin m). So each sub-block's product is the codes' product times
+the scale, plus the offset times the sum of the inputs. `amx_kernel.cpp` multiplies x, rounded to
+bfloat16, by the codes as bfloat16 integers (exact: at most 8 bits) with TDPBF16PS, one sub-block at
+a time from zero with float32 sums, and applies the scales and offsets in float32 FMAs. The weights
+are the GGUF's exactly, as in `--weights gguf`; only the activations are rounded, to bfloat16, at
+each product. Making a tile is a table lookup of codes (4 instructions per 32 weights), where
+dequantizing to bfloat16 first took 11, and that was the cost: DESIGN.
+
+`repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
+each 32-input chunk's codes as the rows of a weight tile (two inputs of 16 outputs a row), nibbles
+for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8).
+
+Exactness: a row's result is the same sequence of operations whatever the number of rows and
+whichever path computes it (up to 32 rows, each sub-block's tiles made as they are used; more, a
+panel of 32 outputs made once for all the rows), so verifying a draft reproduces one-token steps
+bit for bit.
+
+Offered on CPUs with AMX-BF16 and AVX512-BF16 where Linux grants the process the tile state; built
+once per machine like the block kernel (`block_kernel.Kernel`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+
+from . import block_kernel
+
+KINDS = block_kernel.KINDS  # the GGML block types it takes: all the block kernel's
+OUTPUTS = 16  # outputs a group holds: one weight tile wide
+ROWS = 64  # up to this many rows (more than any verification) the product is exact; more, a prefill's
+MULTIPLE = 16  # a layer's outputs must be a multiple of a group's
+GROUP_BYTES = {2: 288, 3: 320, 6: 544, 7: 576, 8: 544, 12: 2368, 14: 4384}  # per 16 outputs' blocks
+NIBBLES = (2, 3, 12)  # the block types whose codes are 4 bits
+
+
+def _granted(library: ctypes.CDLL) -> str | None:
+    return None if library.amx_request() == 0 else "Linux did not grant this process the AMX tile state"
+
+
+_p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+AMX = block_kernel.Kernel(
+    "amx_kernel.cpp",
+    ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16",
+     "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=c++20"],
+    {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"},
+    {"amx_request": ([], _i32), "amx_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)},
+    _granted)
+library, usable, failure, stamp = AMX.library, AMX.usable, AMX.failure, AMX.stamp
+
+
+def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
+    """GGUF blocks [out, bytes per row] of GGML type `kind` (out a multiple of 16) laid out for the
+    kernel in groups of 16 outputs: [out / 16, blocks per row x GROUP_BYTES[kind]]. Per group and
+    block: each field's 16 values side by side (float16 scales as they are, sub-block scales and minima
+    as bytes), then per 32-input chunk 16 rows: output j's inputs 2r and 2r + 1, as byte j's low and
+    high nibble or as bytes 2j and 2j + 1. Codes are unsigned (Q6_K's q, Q5's with their fifth bit),
+    Q8_0's signed."""
+    out, per = blocks.shape[0], block_kernel.KINDS[kind][0]
+    raw = blocks.numpy().reshape(out, -1, block_kernel.KINDS[kind][1])
+    fields, codes = block_kernel.block_fields(kind, raw)
+    if kind in (6, 7):  # Q5: the fifth bits, a field of block_kernel's, join the codes
+        high = fields.pop()
+        codes = codes | (((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4)
+    if kind == 14:
+        codes = codes + np.uint8(32)  # q, not q - 32: the kernel's table adds the -32
+    groups, count = out // 16, raw.shape[1]
+    parts = [np.ascontiguousarray(f.reshape(groups, 16, count, -1).transpose(0, 2, 3, 1)).view(np.uint8)
+             .reshape(groups, count, -1) for f in fields]
+    rows = codes.reshape(groups, 16, count, per // 32, 16, 2).transpose(0, 2, 3, 4, 1, 5)  # group, block, chunk, r, j, p
+    rows = rows[..., 0] | (rows[..., 1] << 4) if kind in NIBBLES else rows
+    parts.append(np.ascontiguousarray(rows).reshape(groups, count, -1))
+    return torch.from_numpy(np.concatenate(parts, axis=-1).reshape(groups, -1))
+
+
+def holds(groups: torch.Tensor, kind: int, in_features: int) -> bool:
+    """Whether `groups` are `repack`'s groups of `in_features` inputs in GGML type `kind`."""
+    if kind not in GROUP_BYTES or groups.dtype != torch.uint8 or groups.dim() != 2 or not groups.is_contiguous():
+        return False
+    per = block_kernel.KINDS[kind][0]
+    return in_features % per == 0 and groups.shape[1] == in_features // per * GROUP_BYTES[kind]
+
+
+def check(groups: torch.Tensor, kind: int, in_features: int) -> None:
+    """Refuse what would make the kernel read or write outside its buffers."""
+    if not holds(groups, kind, in_features):
+        raise ValueError(f"groups of type {kind} [{', '.join(map(str, groups.shape))}] do not hold {in_features} inputs")
+
+
+def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, in_features: int) -> torch.Tensor:
+    """x [m, in] float32 times the weights that `repack`'s groups of GGML type `kind` hold, transposed:
+    [m, out] float32. Up to `ROWS` rows x is rounded to bfloat16 and the weights are exact; more (a
+    prefill), both are rounded to bfloat16. The groups must pass `check` (done once per layer, off the
+    decoding loop)."""
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], groups.shape[0] * OUTPUTS)
+    lib.amx_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
+    return y
+
+
+def dequantize(lib: ctypes.CDLL, groups: torch.Tensor, kind: int, in_features: int) -> torch.Tensor:
+    """The float32 matrix [out, in] that `repack`'s groups hold: the product of the identity, in which
+    each output is one code times its scale plus its offset, rounded once as the GGUF reference does."""
+    check(groups, kind, in_features)
+    w = torch.empty(groups.shape[0] * OUTPUTS, in_features)
+    for start in range(0, in_features, ROWS):  # rows of the identity: at most ROWS take the exact path
+        part = torch.zeros(min(ROWS, in_features - start), in_features)
+        part[:, start:start + part.shape[0]].fill_diagonal_(1.0)
+        w[:, start:start + part.shape[0]] = linear(lib, part, groups, kind, in_features).T
+    return w

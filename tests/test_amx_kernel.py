@@ -1,0 +1,87 @@
+"""`--weights gguf-bf16`: the AMX kernel holds every block type's weights exactly as GGUF's reference
+dequantizes them, computes each row alone whatever the batch, and runs a real GGUF's layers on their
+own blocks; where the CPU has no AMX the format is refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType, quants
+
+from assistant import amx_kernel, weights
+from conftest import SCALES, packed_smollm2, random_blocks
+
+needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no AMX kernel here: {amx_kernel.failure()}")
+
+
+def groups_of(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random blocks laid out for the kernel, and the float32 weights GGUF's reference makes of them."""
+    raw = random_blocks(kind, rows, features)
+    reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))
+    return amx_kernel.repack(torch.from_numpy(raw), kind.value), reference
+
+
+@needs_amx
+@pytest.mark.parametrize("name", list(SCALES))
+def test_the_weights_are_the_ggufs_own_exactly(name):
+    kind = GGMLQuantizationType[name]
+    groups, reference = groups_of(kind, 48, 512)  # a panel of 32 outputs and half of one
+    assert torch.equal(amx_kernel.dequantize(amx_kernel.library(), groups, kind.value, 512), reference)
+
+
+@needs_amx
+@pytest.mark.parametrize("name", list(SCALES))
+def test_a_row_is_computed_alone_whatever_the_batch(name):
+    """Up to 32 rows take one path and up to 64 another (a panel's tiles made once): a row's bits are
+    the same in both, and the sums are float32's of x rounded to bfloat16 times the exact weights."""
+    kind = GGMLQuantizationType[name]
+    groups, reference = groups_of(kind, 48, 512)
+    library = amx_kernel.library()
+    x = torch.randn(amx_kernel.ROWS, 512, generator=torch.Generator().manual_seed(0))
+    batch = amx_kernel.linear(library, x, groups, kind.value, 512)
+    mismatched = [(start, m) for m in (1, 2, 3, 5, 16, 17, 31, 32, 33, 57) for start in (0, 7)
+                  if not torch.equal(amx_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
+                                     batch[start:start + m])]
+    assert mismatched == []
+    exact = x.to(torch.bfloat16).double() @ reference.double().T
+    assert (batch.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+
+
+@needs_amx
+def test_a_prefill_multiplies_bfloat16_weights_and_its_rows_do_not_depend_on_each_other():
+    """Past ROWS rows (a prefill, which every strategy shares) the weights are rounded to bfloat16 once
+    per panel, for all the rows, and the tiles sum over every input."""
+    kind = GGMLQuantizationType.Q4_K
+    groups, reference = groups_of(kind, 48, 512)
+    library = amx_kernel.library()
+    x = torch.randn(200, 512, generator=torch.Generator().manual_seed(0))
+    batch = amx_kernel.linear(library, x, groups, kind.value, 512)
+    assert torch.equal(amx_kernel.linear(library, x[30:130], groups, kind.value, 512), batch[30:130])
+    exact = x.to(torch.bfloat16).double() @ reference.to(torch.bfloat16).double().T
+    assert (batch.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+
+
+@needs_amx
+def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
+    """SmolLM2's Q4_1 GGUF (the head tied to a Q8_0 embedding): every layer is carried over and holds
+    the float32 model's weights bit for bit; only the activations are rounded, to bfloat16, so the
+    logits stay within bfloat16's rounding of the float32 model's."""
+    reference, model = packed_smollm2("gguf-bf16", caplog)
+    assert "gguf-bf16: 211 of 211 layers carried over" in caplog.text
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.29.mlp.down_proj", "lm_head"):
+        layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
+        assert torch.equal(amx_kernel.dequantize(layer.library, layer.groups, layer.kind, layer.in_features), original)
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        ours, theirs = model(ids).logits, reference(ids).logits
+    assert (ours - theirs).abs().max() <= 0.02 * theirs.abs().max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
+
+
+def test_without_amx_the_format_is_refused_with_the_reason(monkeypatch):
+    monkeypatch.setattr(amx_kernel.AMX, "usable", lambda: False)
+    monkeypatch.setattr(amx_kernel.AMX, "failure", lambda: "amx_kernel.cpp needs a CPU with amx_bf16, amx_tile")
+    assert "gguf-bf16" not in weights.available(torch.device("cpu"))
+    with pytest.raises(weights.WeightsError, match=r"'gguf-bf16' do not run on cpu here \(amx_kernel.cpp needs a CPU "
+                                                   r"with amx_bf16, amx_tile\): use one of auto, float32"):
+        weights.check("gguf-bf16", torch.device("cpu"))
