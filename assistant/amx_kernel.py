@@ -1,6 +1,9 @@
 """A matrix product on a GGUF's own blocks on AMX tiles: `--weights gguf-bf16`.
 
-MEASUREMENTS
+On the 2-core Xeon with AMX (`lscpu`: model 167), bfloat16 through oneDNN made verification nearly
+free but a one-token step of Qwen2.5-Coder-1.5B read 3.1 GB of weights: 188 ms, and 235 padded to 32
+rows for exactness (`decoding`), against llama.cpp's 64 ms over 1 GB of 4-bit blocks. A read loop
+moves 27 GB/s on 2 threads here (13.5 on one), so the GGUF's 1.1 GB could take about 41 ms.
 
 A weight of a GGUF block is an integer code times a scale plus an offset, per output and sub-block
 of 16 or 32 inputs (Q4_K: d sc q - dmin m). So each sub-block's product is the codes' product times
@@ -8,17 +11,34 @@ the scale, plus the offset times the sum of the inputs. `amx_kernel.cpp` multipl
 bfloat16, by the codes as bfloat16 integers (exact: at most 8 bits) with TDPBF16PS, one sub-block at
 a time from zero with float32 sums, and applies the scales and offsets in float32 FMAs. The weights
 are the GGUF's exactly, as in `--weights gguf`; only the activations are rounded, to bfloat16, at
-each product. Making a tile is a table lookup of codes (4 instructions per 32 weights), where
-dequantizing to bfloat16 first took 11, and that was the cost: DESIGN.
+each product. Measured with the 1.5B's 197 matrices (random blocks of its types, Q4_K and Q6_K),
+one after another, 2 threads, best of 3 (ms for 1 / 4 / 16 / 32 / 256 rows):
+
+    oneDNN bfloat16 (3.1 GB)                                 160-176 / 158-167 / 164-174 / 180-188 / 509-580
+    dequantized to bfloat16 in registers, then the tiles     108 / 112 / 119 / 125 / 508
+    codes as the tiles' integers, scaled per sub-block        85 /  90 / 111 / 174
+
+Dequantizing cost the first: 88 of its 108 ms (the tiles alone 10): a float conversion, an FMA, a
+bfloat16 conversion and a permutation per 16 weights, where a tile of codes is a table lookup (4
+instructions per 32 weights). AVX512-BF16's VDPBF16PS, which would skip the round trip through tile
+memory for a row or two, rounds otherwise than TDPBF16PS (a third of 3.2 million sums differed, with
+the products' order swapped or not), so one instruction serves every row count. In the model, after
+1,500 tokens: a one-token step 102 ms, 16 rows 152, 32 rows 229 (`docs/bench` has the run that
+measures it against llama.cpp).
 
 `repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
 each 32-input chunk's codes as the rows of a weight tile (two inputs of 16 outputs a row), nibbles
-for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8).
+for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8): 1.1 GB for the 1.5B.
 
-Exactness: a row's result is the same sequence of operations whatever the number of rows and
-whichever path computes it (up to 32 rows, each sub-block's tiles made as they are used; more, a
-panel of 32 outputs made once for all the rows), so verifying a draft reproduces one-token steps
-bit for bit.
+Exactness: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
+of rows and whichever path computes it (up to 32 rows each sub-block's tiles are made as they are
+used, the next made while the tiles multiply; up to 64 a panel of 32 outputs made once), so verifying
+a draft reproduces one-token steps bit for bit. Scaling every sub-block costs many rows dearly (256
+rows: 1,143 ms against oneDNN's 628), so a prefill, which every strategy shares, multiplies the
+exact weights rounded to bfloat16 (the `bfloat16` model's), dequantized once per panel and 256 rows,
+and the tiles sum over all inputs: 256 rows 619 to 652 ms. Its rows too are computed alike whatever
+their number, past `ROWS`; a prompt prefilled in pieces of `ROWS` rows or fewer (a warm buffer's
+turns) gets other bits than in one piece, as with `--weights gguf`.
 
 Offered on CPUs with AMX-BF16 and AVX512-BF16 where Linux grants the process the tile state; built
 once per machine like the block kernel (`block_kernel.Kernel`).
