@@ -54,7 +54,7 @@ import torch
 from . import atomic
 
 ROWS = 64  # more rows than any verification: larger batches go through MKL
-OUTPUTS = 4096  # outputs dequantized at a time for MKL: at most 147 MB of float32 (8960 inputs), kept
+DEQUANTIZED = 4096  # outputs dequantized at a time for MKL: at most 147 MB of float32 (8960 inputs), kept
 KINDS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 12: (256, 144), 14: (256, 210)}
 # the GGML block types it takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): weights and bytes per block
 GROUP_BYTES = {2: 144, 3: 160, 6: 176, 7: 192, 8: 272, 12: 1184, 14: 2192}  # per 8 outputs' blocks, regrouped
@@ -203,18 +203,18 @@ def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, i
     [m, out].
 
     Up to `ROWS` rows (one-token steps, verifications, the warm buffer's chunks) through the kernel,
-    each row alone; more (a prefill) through MKL on the weights dequantized `OUTPUTS` at a time.
+    each row alone; more (a prefill) through MKL on the weights dequantized `DEQUANTIZED` at a time.
     The groups must pass `check` (done once per layer, off the decoding loop)."""
     x = x.contiguous()
     if x.shape[0] > ROWS:
         products = []
-        for i in range(0, groups.shape[0], OUTPUTS // 8):
-            part = groups[i:i + OUTPUTS // 8]
-            w = scratch(part.shape[0] * 8 * in_features).view(part.shape[0] * 8, in_features)
+        for i in range(0, groups.shape[0], DEQUANTIZED // OUTPUTS):
+            part = groups[i:i + DEQUANTIZED // OUTPUTS]
+            w = scratch(part.shape[0] * OUTPUTS * in_features).view(part.shape[0] * OUTPUTS, in_features)
             lib.block_dequantize(part.data_ptr(), w.shape[0], in_features, kind, w.data_ptr())
             products.append(x @ w.T)
         return torch.cat(products, dim=1)
-    y = torch.empty(x.shape[0], groups.shape[0] * 8)
+    y = torch.empty(x.shape[0], groups.shape[0] * OUTPUTS)
     lib.block_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
     return y
 
