@@ -4,8 +4,9 @@
 // A weight of sub-block u is q s_u + o_u: an integer code q (small enough for bfloat16 to hold it
 // exactly) times a scale, plus an offset, both per output (the GGUF's d sc and -dmin m for Q4_K). So
 //     y = sum over u of  s_u (x_u . q_u)  +  o_u (sum of x_u)
-// The tiles hold the codes as bfloat16 integers (a table lookup), TDPBF16PS sums x_u . q_u from zero
-// for each sub-block in float32, and the scales are applied in float32 FMAs, sub-block after sub-block.
+// The tiles hold the codes as bfloat16 integers (128 + q: a mask and an OR), TDPBF16PS sums x_u . q_u
+// (and 128 x_u, taken away again) from zero for each sub-block in float32, and the scales are applied in
+// float32 FMAs, sub-block after sub-block.
 // A row's every operation is the same whatever the number of rows and whichever path runs them, and a
 // tile computes each row from that row of x alone: verifying a draft reproduces one-token steps bit for
 // bit.
@@ -31,9 +32,9 @@ inline __m512 bytes_u(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtep
 inline __m512 bytes_s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
 
 // A unit: 16 outputs' blocks over the same inputs. Per block: the fields, each a value per output
-// (float16 scales, 6-bit or 8-bit sub-block scales as bytes), then each 32-input chunk's codes as the
-// 16 rows of a weight tile: nibbles (byte j: output j's inputs 2r low, 2r + 1 high) or bytes (byte
-// 2j + p: output j's input 2r + p). Per kind: inputs per block and per scale (SUB), bytes of fields and
+// (float16 scales, 6-bit or 8-bit sub-block scales as bytes), then each 32-input chunk's codes for the
+// 16 rows of a weight tile, row r's word 2j + p output j's input 2r + p, packed four rows (nibbles) or
+// two rows (bytes) to a word (`code_words`). Per kind: inputs per block and per scale (SUB), bytes of fields and
 // of a block, whether codes are nibbles, whether weights have an offset, and the value of code 0.
 template <int K> struct Units;
 template <> struct Units<Q4_0> {
@@ -56,7 +57,7 @@ template <> struct Units<Q5_1> {
     static constexpr bool NIBBLES = false, OFFSET = true;
     static void scales(const uint8_t* b, int, __m512& s, __m512& o) { s = halves(b), o = halves(b + 32); }
 };
-template <> struct Units<Q8_0> {  // codes are signed bytes: converted through float32, not a table
+template <> struct Units<Q8_0> {  // codes are signed bytes: converted through float32
     static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 544, LOW = -128;
     static constexpr bool NIBBLES = false, OFFSET = false;
     static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
@@ -79,7 +80,7 @@ constexpr int PANEL = 32;    // outputs per panel: two units (the last may have 
 constexpr int64_t FEW = 32;  // up to this many rows, each sub-block's tiles are made as they are used
 constexpr int64_t ROWS = 64;  // up to this many rows (more than any verification), each row exactly alike
 constexpr int64_t SPAN = 256;  // a prefill's rows a panel's tiles are made for: their x stays in L2 (1,500 at once: 2x slower)
-constexpr int TILE = 1024;   // bytes of a weight tile (at most)
+constexpr int AHEAD = 2048;  // bytes of a unit's blocks read ahead: a one-token step 80 ms without, 62 with (1,024-16,384: 61-70)
 
 struct alignas(64) Config {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -102,41 +103,50 @@ void configure(int rows, int sub) {
     _tile_loadconfig(&c);
 }
 
-// code -> bfloat16 of LOW + code, for codes 0-63
-template <class L>
-struct Table {
-    __m512i low, high;
-    Table() {
-        alignas(64) uint16_t words[64];
-        for (int i = 0; i < 64; i++) {
-            const float v = float(L::LOW + i);
-            uint32_t bits;
-            __builtin_memcpy(&bits, &v, 4);
-            words[i] = uint16_t(bits >> 16);  // small integers: bfloat16 holds them exactly
-        }
-        low = _mm512_load_si512(words), high = _mm512_load_si512(words + 32);
-    }
-};
+// From cvtne2ps_pbh(inputs 2r + 1, inputs 2r), words [2r of outputs 0-15, 2r + 1 of 0-15], to a tile
+// row's [output 0: 2r, 2r + 1; output 1: ...].
+inline __m512i pairs() {
+    alignas(64) int16_t at[32];
+    for (int t = 0; t < 32; t++) at[t] = int16_t((t % 2) * 16 + t / 2);
+    return _mm512_load_si512(at);
+}
 
-// The weight tile of sub-block u of one unit's block b (SUB / 2 rows of 64 bytes) into `to`.
+// Words 2j + p of tile row r of a 32-input chunk: output j's code for input 2r + p, unsigned (Q8_0's
+// signed). `repack` puts four rows' nibbles in a word (row 4g + t at bits 4t of the 64 bytes g) or
+// two rows' bytes (row 2g + t at bits 8t), so that a row comes out of its 64 bytes with a shift and
+// a mask: no shuffle.
 template <class L>
-inline void weight_tile(const uint8_t* b, int u, const Table<L>& t, uint8_t* to) {
+inline __m512i code_words(const uint8_t* codes, int r) {
+    const __m512i v = _mm512_loadu_si512(codes + 64 * (L::NIBBLES ? r / 4 : r / 2));
+    if (L::NIBBLES) return _mm512_and_si512(_mm512_srli_epi16(v, 4 * (r % 4)), _mm512_set1_epi16(0x000F));
+    if (L::LOW == -128) return r % 2 ? _mm512_srai_epi16(v, 8) : _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
+    return r % 2 ? _mm512_srli_epi16(v, 8) : _mm512_and_si512(v, _mm512_set1_epi16(0x00FF));
+}
+
+// What the tiles add to each product of a sub-block, per unit of x: BIAS (sum of x). An unsigned code
+// q below 128 becomes the bfloat16 of 128 + q by setting the exponent's bits (0x4300: 128 + q is
+// exact in 7 mantissa bits), and the scaling takes (128 - LOW) (sum of x) away again. Q8_0's signed
+// codes are converted through float32.
+template <class L>
+constexpr int BIAS = L::LOW == -128 ? 0 : 128 - L::LOW;
+
+// The weight tile of sub-block u of one unit's block b (SUB / 2 rows of 64 bytes) into `to`: the
+// codes as bfloat16 integers, BIAS + LOW + q.
+template <class L>
+inline void weight_tile(const uint8_t* b, int u, __m512i order, uint8_t* to) {
     constexpr int ROWS = L::SUB / 2;
     const int chunk = u * L::SUB / 32, first = u * L::SUB % 32 / 2;  // Q6_K: two sub-blocks a chunk
     const uint8_t* codes = b + L::FIELDS + chunk * (L::NIBBLES ? 256 : 512);
 #pragma GCC unroll 16
     for (int r = first; r < first + ROWS; r++) {
+        const __m512i q = code_words<L>(codes, r);
         __m512i words;
-        if (L::NIBBLES) {  // dword j = output j's codes at 2r and 2r + 1, in its two words
-            const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * r)));
-            words = _mm512_permutexvar_epi16(
-                _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000F000F), 0xA8), t.low);
-        } else if (L::LOW == -128) {
-            const __m512 lo = bytes_s(codes + 32 * r), hi = bytes_s(codes + 32 * r + 16);
-            words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+        if (L::LOW == -128) {
+            const __m512 lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 16), 16));
+            const __m512 hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(q, 16));
+            words = _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
         } else {
-            const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * r)));
-            words = _mm512_permutex2var_epi16(t.low, v, t.high);
+            words = _mm512_or_si512(q, _mm512_set1_epi16(0x4300));
         }
         _mm512_store_si512(to + 64 * (r - first), words);
     }
@@ -152,14 +162,7 @@ inline void dense_tile(const uint8_t* b, int c, __m512i order, uint8_t* to) {
         L::scales(b, c * 32 / L::SUB + h, s, o);
 #pragma GCC unroll 16
         for (int r = h * L::SUB / 2; r < (h + 1) * L::SUB / 2; r++) {
-            __m512i v;  // dword j: output j's codes at 2r (low word) and 2r + 1 (high word)
-            if (L::NIBBLES) {
-                v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * r)));
-                v = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
-            } else {
-                const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * r));
-                v = L::LOW == -128 ? _mm512_cvtepi8_epi16(bytes) : _mm512_cvtepu8_epi16(bytes);
-            }
+            const __m512i v = code_words<L>(codes, r);  // dword j: output j's codes at 2r (low word), 2r + 1
             const __m512i low = L::LOW == -128 ? _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16)
                                                : _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
             const __m512i high = L::LOW == -128 ? _mm512_srai_epi32(v, 16) : _mm512_srli_epi32(v, 16);
@@ -172,14 +175,6 @@ inline void dense_tile(const uint8_t* b, int c, __m512i order, uint8_t* to) {
             _mm512_store_si512(to + 64 * r, _mm512_permutexvar_epi16(order, words));
         }
     }
-}
-
-// From cvtne2ps_pbh(inputs 2r + 1, inputs 2r), words [2r of outputs 0-15, 2r + 1 of 0-15], to a tile
-// row's [output 0: 2r, 2r + 1; output 1: ...].
-inline __m512i pairs() {
-    alignas(64) int16_t at[32];
-    for (int t = 0; t < 32; t++) at[t] = int16_t((t % 2) * 16 + t / 2);
-    return _mm512_load_si512(at);
 }
 
 // x rounded to bfloat16, and the sum of each row's rounded values over each sub-block, in float32.
@@ -257,7 +252,7 @@ template <class L>
 void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
     const int64_t unit_bytes = k / L::BLOCK * L::BYTES, subs = k / L::SUB, panels = (n + PANEL - 1) / PANEL;
     constexpr int TILE_BYTES = L::SUB / 2 * 64;
-    const Table<L> table;
+    const __m512i order = pairs();
     alignas(64) float sums[2][32 * 32], acc[32 * 32];
     // Few rows: three sub-blocks' tiles and scales at a time, in L1: the next made while this one
     // multiplies and the last is scaled. More: the panel's every tile and scale once, then each 32 rows read them all.
@@ -270,7 +265,9 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
         for (int h = 0; h < width; h++) {
             const uint8_t* b = at + h * unit_bytes + u * L::SUB / L::BLOCK * L::BYTES;
             const int within = int(u % (L::BLOCK / L::SUB));
-            weight_tile<L>(b, within, table, tiles + (2 * slot + h) * TILE_BYTES);
+            const uint8_t* next = at + h * unit_bytes + u * L::SUB * L::BYTES / L::BLOCK + AHEAD;  // about
+            for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+            weight_tile<L>(b, within, order, tiles + (2 * slot + h) * TILE_BYTES);
             __m512 o = _mm512_setzero_ps();
             L::scales(b, within, scales[4 * slot + h], o);
             scales[4 * slot + 2 + h] = o;
@@ -309,8 +306,11 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
         const float* from = sums[u % 2];
         for (int r = 0; r < rows; r++)
             for (int h = 0; h < width; h++) {
-                __m512 a = _mm512_fmadd_ps(_mm512_load_ps(from + 32 * r + 16 * h), s[h], _mm512_load_ps(acc + 32 * r + 16 * h));
-                if (L::OFFSET) a = _mm512_fmadd_ps(_mm512_set1_ps(xs[r * subs + u]), s[2 + h], a);
+                const __m512 sum = _mm512_set1_ps(xs[r * subs + u]);
+                __m512 p = _mm512_load_ps(from + 32 * r + 16 * h);
+                if (BIAS<L>) p = _mm512_fnmadd_ps(sum, _mm512_set1_ps(float(BIAS<L>)), p);
+                __m512 a = _mm512_fmadd_ps(p, s[h], _mm512_load_ps(acc + 32 * r + 16 * h));
+                if (L::OFFSET) a = _mm512_fmadd_ps(sum, s[2 + h], a);
                 _mm512_store_ps(acc + 32 * r + 16 * h, a);
             }
     };

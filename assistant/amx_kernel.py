@@ -8,27 +8,35 @@ moves 27 GB/s on 2 threads here (13.5 on one), so the GGUF's 1.1 GB could take a
 A weight of a GGUF block is an integer code times a scale plus an offset, per output and sub-block
 of 16 or 32 inputs (Q4_K: d sc q - dmin m). So each sub-block's product is the codes' product times
 the scale, plus the offset times the sum of the inputs. `amx_kernel.cpp` multiplies x, rounded to
-bfloat16, by the codes as bfloat16 integers (exact: at most 8 bits) with TDPBF16PS, one sub-block at
-a time from zero with float32 sums, and applies the scales and offsets in float32 FMAs. The weights
-are the GGUF's exactly, as in `--weights gguf`; only the activations are rounded, to bfloat16, at
-each product. Measured with the 1.5B's 197 matrices (random blocks of its types, Q4_K and Q6_K),
-one after another, 2 threads, best of 3 (ms for 1 / 4 / 16 / 32 / 256 rows):
+bfloat16, by the codes as bfloat16 integers with TDPBF16PS, one sub-block at a time from zero with
+float32 sums, and applies the scales and offsets in float32 FMAs. A code q below 128 becomes the
+bfloat16 of 128 + q by an OR of its exponent bits, exact in 7 mantissa bits, and 128 times the sum of
+the sub-block's inputs is taken away again in float32 (an error of about 1e-5 of the product, where
+rounding x to bfloat16 makes 4e-3). The weights are the GGUF's exactly, as in `--weights gguf`; only
+the activations are rounded, to bfloat16, at each product. Measured with the 1.5B's 197 matrices
+(random blocks of its types, Q4_K and Q6_K), one after another, 2 threads, best of 3 (ms for 1 / 4 /
+16 / 32 / 256 rows):
 
-    oneDNN bfloat16 (3.1 GB)                                 160-176 / 158-167 / 164-174 / 180-188 / 509-580
+    oneDNN bfloat16 (3.1 GB)                                 160-176 / 158-167 / 164-178 / 180-188 / 509-646
     dequantized to bfloat16 in registers, then the tiles     108 / 112 / 119 / 125 / 508
-    codes as the tiles' integers, scaled per sub-block        85 /  90 / 111 / 174
+    codes through a table lookup into the tiles, scaled      80-85 / 86-90 / 110-125 / 164-189
+    codes by an OR, 2 KB of blocks prefetched ahead          62 / 69 / 93-99 / 161-187 / 581 (prefill path)
 
 Dequantizing cost the first: 88 of its 108 ms (the tiles alone 10): a float conversion, an FMA, a
-bfloat16 conversion and a permutation per 16 weights, where a tile of codes is a table lookup (4
-instructions per 32 weights). AVX512-BF16's VDPBF16PS, which would skip the round trip through tile
-memory for a row or two, rounds otherwise than TDPBF16PS (a third of 3.2 million sums differed, with
-the products' order swapped or not), so one instruction serves every row count. In the model, after
-1,500 tokens: a one-token step 102 ms, 16 rows 152, 32 rows 229 (`docs/bench` has the run that
-measures it against llama.cpp).
+bfloat16 conversion and a permutation per 16 weights. The second expanded each tile row's 16 bytes
+of nibbles with two shuffles and a table lookup; with the codes of four rows packed in one word (two
+for bytes) a row is a shift, a mask and an OR. That alone gained nothing (80 ms) while reading the
+blocks stalled: without the memory traffic the same work took 57 ms, and without the tiles and the
+scaling, reading and converting took 50. Prefetching each unit's blocks 2 KB ahead (1 to 16 KB all
+gave 61 to 70 ms) let the reads run beside the work. AVX512-BF16's VDPBF16PS, which would skip the
+round trip through tile memory for a row or two, rounds otherwise than TDPBF16PS (a third of 3.2
+million sums differed, with the products' order swapped or not), so one instruction serves every
+row count. In the model, after 1,500 tokens: a one-token step 76 ms, 16 rows 130 (`docs/bench` has
+the run that measures it against llama.cpp).
 
 `repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
-each 32-input chunk's codes as the rows of a weight tile (two inputs of 16 outputs a row), nibbles
-for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8): 1.1 GB for the 1.5B.
+each 32-input chunk's codes for the rows of a weight tile (two inputs of 16 outputs a row), nibbles
+for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8): 1.2 GB for the 1.5B.
 
 Exactness: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
 of rows and whichever path computes it (up to 32 rows each sub-block's tiles are made as they are
@@ -59,6 +67,7 @@ ROWS = 64  # up to this many rows (more than any verification) the product is ex
 MULTIPLE = 16  # a layer's outputs must be a multiple of a group's
 GROUP_BYTES = {2: 288, 3: 320, 6: 544, 7: 576, 8: 544, 12: 2368, 14: 4384}  # per 16 outputs' blocks
 NIBBLES = (2, 3, 12)  # the block types whose codes are 4 bits
+LAYOUT = 2  # of `repack`'s groups: packed files of another are rebuilt (1: a row's codes side by side)
 
 
 def _granted(library: ctypes.CDLL) -> str | None:
@@ -80,9 +89,10 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     """GGUF blocks [out, bytes per row] of GGML type `kind` (out a multiple of 16) laid out for the
     kernel in groups of 16 outputs: [out / 16, blocks per row x GROUP_BYTES[kind]]. Per group and
     block: each field's 16 values side by side (float16 scales as they are, sub-block scales and minima
-    as bytes), then per 32-input chunk 16 rows: output j's inputs 2r and 2r + 1, as byte j's low and
-    high nibble or as bytes 2j and 2j + 1. Codes are unsigned (Q6_K's q, Q5's with their fifth bit),
-    Q8_0's signed."""
+    as bytes), then per 32-input chunk the 16 rows of a weight tile, row r's word 2j + p holding output
+    j's code for input 2r + p: four rows' nibbles to a word (row 4g + t at bits 4t of word 2j + p of
+    the chunk's g-th 64 bytes) or two rows' bytes (row 2g + t at bits 8t). Codes are unsigned (Q6_K's
+    q, Q5's with their fifth bit), Q8_0's signed."""
     out, per = blocks.shape[0], block_kernel.KINDS[kind][0]
     raw = blocks.numpy().reshape(out, -1, block_kernel.KINDS[kind][1])
     fields, codes = block_kernel.block_fields(kind, raw)
@@ -94,9 +104,12 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     groups, count = out // 16, raw.shape[1]
     parts = [np.ascontiguousarray(f.reshape(groups, 16, count, -1).transpose(0, 2, 3, 1)).view(np.uint8)
              .reshape(groups, count, -1) for f in fields]
-    rows = codes.reshape(groups, 16, count, per // 32, 16, 2).transpose(0, 2, 3, 4, 1, 5)  # group, block, chunk, r, j, p
-    rows = rows[..., 0] | (rows[..., 1] << 4) if kind in NIBBLES else rows
-    parts.append(np.ascontiguousarray(rows).reshape(groups, count, -1))
+    each, bits = (4, 4) if kind in NIBBLES else (2, 8)  # rows a word holds, bits of a code
+    rows = codes.reshape(groups, 16, count, per // 32, 16 // each, each, 2).transpose(0, 2, 3, 5, 4, 1, 6)  # ..., t, g, j, p
+    words = np.zeros(rows.shape[:3] + rows.shape[4:], np.uint16)  # group, block, chunk, g, j, p
+    for t in range(each):  # row each g + t at bits t x bits of word 2j + p
+        words |= rows[:, :, :, t].astype(np.uint16) << np.uint16(bits * t)
+    parts.append(np.ascontiguousarray(words.astype("<u2")).view(np.uint8).reshape(groups, count, -1))
     return torch.from_numpy(np.concatenate(parts, axis=-1).reshape(groups, -1))
 
 

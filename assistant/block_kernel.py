@@ -59,6 +59,7 @@ KINDS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 12: (2
 # the GGML block types it takes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): weights and bytes per block
 GROUP_BYTES = {2: 144, 3: 160, 6: 176, 7: 192, 8: 272, 12: 1184, 14: 2192}  # per 8 outputs' blocks, regrouped
 OUTPUTS = MULTIPLE = 8  # outputs a group holds; a layer's outputs must be a multiple
+LAYOUT = 1  # of `repack`'s groups: packed files of another are rebuilt
 
 log = logging.getLogger("assistant")
 _scratch = threading.local()

@@ -70,6 +70,7 @@ from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+import safetensors
 import safetensors.torch
 from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
@@ -428,14 +429,24 @@ def pack_cached(model: nn.Module, weights: str, path: Path, gguf=None) -> None:
     stored = read_stored(model, weights, path) if weights in QUANTIZED else None
     to_store = pack(model, weights, stored, gguf() if stored is None and gguf is not None else None)
     if stored is None and to_store:
-        save(path, safetensors.torch.save(to_store))
+        save(path, safetensors.torch.save(to_store, metadata=layout(weights)))
+
+
+def layout(weights: str) -> dict[str, str]:
+    """What a packed file of `weights` says of itself beside its tensors: the kernel's layout of the
+    blocks, which a kernel may change while every size stays the same."""
+    return {"layout": str(QUANTIZED[weights].KERNEL.LAYOUT)} if weights in KERNELS else {}
 
 
 def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.Tensor] | None:
     try:
         stored = safetensors.torch.load_file(str(path))
+        with safetensors.safe_open(str(path), "pt") as f:
+            written = f.metadata() or {}
     except (OSError, SafetensorError, ValueError, RuntimeError):
         return None
+    if any(written.get(key) != value for key, value in layout(weights).items()):
+        return None  # the same sizes laid out otherwise, by an older kernel
     # safetensors places tensors 8 bytes apart. torch's int8 kernel on an AVX512 Xeon reads 4 or more rows
     # with aligned loads: on weights 8 bytes off a 16-byte boundary it died (segmentation fault), at 16, 32
     # or 48 it ran. So each tensor goes where torch itself would allocate it: 64-byte aligned.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import safetensors.torch
 import torch
 from torch import nn
 
@@ -118,6 +119,16 @@ def test_the_packed_cache_is_read_when_whole_and_rebuilt_when_not(kind, tmp_path
     stored = weights.read_stored(make_tiny_model(), kind, path)
     assert stored is not None  # and the file is whole again
     assert all(t.data_ptr() % 64 == 0 for t in stored.values())  # torch's kernels use aligned loads
+
+
+@pytest.mark.parametrize("kind", [w for w in weights.KERNELS if w in COMPACT_HERE])
+def test_a_packed_file_of_another_layout_is_rebuilt(kind, tmp_path):
+    """A kernel may lay its blocks out anew with every size the same: only the file's word tells."""
+    path = tmp_path / "packed.safetensors"
+    weights.pack_cached(make_tiny_model(), kind, path)
+    assert weights.read_stored(make_tiny_model(), kind, path) is not None
+    safetensors.torch.save_file(safetensors.torch.load_file(str(path)), str(path), metadata={"layout": "0"})
+    assert weights.read_stored(make_tiny_model(), kind, path) is None
 
 
 def test_a_read_only_cache_still_packs(tmp_path):
