@@ -36,7 +36,7 @@ the run that measures it against llama.cpp).
 
 `repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
 each 32-input chunk's codes for the rows of a weight tile (two inputs of 16 outputs a row), nibbles
-for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8): 1.2 GB for the 1.5B.
+for 4-bit codes and bytes for the rest (Q5's 5 bits, Q6_K's 6 and Q8_0's 8): 1.1 GB for the 1.5B.
 
 Exactness: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
 of rows and whichever path computes it (up to 32 rows each sub-block's tiles are made as they are
