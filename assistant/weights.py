@@ -41,8 +41,8 @@ step and a 16-row verification alone had picked gguf.
 On a 2-core Intel Xeon with AMX and AVX512-BF16 (`lscpu`: model 167, 480 MB of L3), oneDNN runs
 bfloat16 products on AMX tiles, and `auto` scored the same products at bfloat16 137 ms, float16
 712, float32 852, int4 908, gguf 1230, int8 1247: bfloat16 there, until `gguf-bf16` ran the GGUF's
-own blocks on the same tiles (`amx_kernel`): 64 ms against bfloat16's 76 in another run (float32
-338, float16 248, int4 404, int8 435, gguf 810), so `auto` takes it there. In the model (Qwen2.5-Coder-1.5B,
+own blocks on the same tiles (`amx_kernel`): 64 ms against bfloat16's 78 in another run (float32
+333, float16 249, int4 411, int8 436, gguf 325), so `auto` takes it there. In the model (Qwen2.5-Coder-1.5B,
 after 1,536 tokens, best of 3 or 4), bfloat16 took 188 ms for one row, 206 for 16 and 251 for 32,
 and 4.4 to 5.5 s for the 1,536-token prefill; gguf 99, 389 and 645 ms and 18.0 s; int4 83, 343 and
 643 ms and 29.1 s. A one-token step reads the weights (3.1 GB in bfloat16), more rows nearly
