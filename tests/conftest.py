@@ -63,6 +63,20 @@ def packed_smollm2(kind: str, caplog):
     return reference, model
 
 
+def carried_smollm2_logits(kind: str, kernel, caplog, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`packed_smollm2(kind)`, checked to carry all 211 layers over and to hold the float32 model's
+    weights bit for bit in the `names` layers (dequantized by `kernel`); the logits of a short prompt,
+    the packed model's and the float32 model's."""
+    reference, model = packed_smollm2(kind, caplog)
+    assert f"{kind}: 211 of 211 layers carried over" in caplog.text
+    for name in names:
+        layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
+        assert torch.equal(kernel.dequantize(layer.library, layer.groups, layer.kind, layer.in_features), original)
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        return model(ids).logits, reference(ids).logits
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     """Randomly initialised: near-uniform next-token distributions, cheap forward passes."""

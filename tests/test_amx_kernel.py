@@ -9,7 +9,7 @@ import torch
 from gguf import GGMLQuantizationType, quants
 
 from assistant import amx_kernel, weights
-from conftest import SCALES, packed_smollm2, random_blocks
+from conftest import SCALES, carried_smollm2_logits, random_blocks
 
 needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no AMX kernel here: {amx_kernel.failure()}")
 
@@ -66,14 +66,8 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
     """SmolLM2's Q4_1 GGUF (the head tied to a Q8_0 embedding): every layer is carried over and holds
     the float32 model's weights bit for bit; only the activations are rounded, to bfloat16, so the
     logits stay within bfloat16's rounding of the float32 model's."""
-    reference, model = packed_smollm2("gguf-bf16", caplog)
-    assert "gguf-bf16: 211 of 211 layers carried over" in caplog.text
-    for name in ("model.layers.0.self_attn.q_proj", "model.layers.29.mlp.down_proj", "lm_head"):
-        layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
-        assert torch.equal(amx_kernel.dequantize(layer.library, layer.groups, layer.kind, layer.in_features), original)
-    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
-    with torch.inference_mode():
-        ours, theirs = model(ids).logits, reference(ids).logits
+    ours, theirs = carried_smollm2_logits("gguf-bf16", amx_kernel, caplog, (
+        "model.layers.0.self_attn.q_proj", "model.layers.29.mlp.down_proj", "lm_head"))
     assert (ours - theirs).abs().max() <= 0.02 * theirs.abs().max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
 

@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType
 from gguf import quants
 
 from assistant import block_kernel, weights
-from conftest import SCALES, make_tiny_model, packed_smollm2, random_blocks
+from conftest import SCALES, carried_smollm2_logits, make_tiny_model, random_blocks
 
 pytestmark = pytest.mark.skipif(not block_kernel.usable(), reason=f"no block kernel here: {block_kernel.failure()}")
 
@@ -52,15 +52,8 @@ def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
     """SmolLM2's Q4_1 GGUF (a Llama: query and key rows permuted; the head tied to a Q8_0 embedding):
     every layer is carried over, holds the float32 model's weights bit for bit, and the logits stay
     within float32 summation order of the float32 model's."""
-    reference, model = packed_smollm2("gguf", caplog)
-    assert "gguf: 211 of 211 layers carried over" in caplog.text
-    for name in ("model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj",
-                 "lm_head"):
-        layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
-        assert torch.equal(block_kernel.dequantize(layer.library, layer.groups, layer.kind, layer.in_features), original)
-    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
-    with torch.inference_mode():
-        ours, theirs = model(ids).logits, reference(ids).logits
+    ours, theirs = carried_smollm2_logits("gguf", block_kernel, caplog, (
+        "model.layers.0.self_attn.q_proj", "model.layers.7.self_attn.k_proj", "model.layers.29.mlp.down_proj", "lm_head"))
     assert (ours - theirs).abs().max() <= 1e-3 * theirs.abs().max()
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
