@@ -276,7 +276,7 @@ FROM_GGUF = ("int4", "gguf", "gguf-bf16")  # formats that carry a GGUF's blocks 
 
 def fits(weights: str, linear: nn.Linear) -> bool:
     """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte;
-    the GGUF formats take blocks of 32 inputs and outputs by 8, or by 32 on AMX)."""
+    the GGUF formats take blocks of 32 inputs and outputs by 8, or by 16 on AMX)."""
     return (weights not in FROM_GGUF or linear.in_features % INT4_GROUP == 0) and (
         weights not in KERNELS or linear.out_features % QUANTIZED[weights].KERNEL.MULTIPLE == 0)
 
