@@ -262,6 +262,7 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld", "prefix-reuse"]
     assert all(r["exact_match"] for r in rows[:3])  # greedy decoding is lossless, whatever the drafter
+    assert all(0 < r["first_token_seconds"] <= r["seconds"] for r in rows[:3])  # hf-pld's too: its decode-only column
     assert 0 < rows[3]["warm_first_token_seconds"] and 0 < rows[3]["cold_first_token_seconds"]  # no timing claims
     summary = json.loads((out / "summary.json").read_text())
     assert summary["environment"]["model"] == "smollm2-135m" and not summary["interrupted"]

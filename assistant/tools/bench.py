@@ -9,7 +9,8 @@ or on Ctrl-C from what was measured so far.
 
 Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as
 the ratio of total tokens over total time, both with the prefill included; "after 1st token"
-is the ratio without it, which is where drafting acts. Prefix reuse is off for these runs (each
+is the ratio without it, which is where drafting acts (`hf-pld`'s first token is when generate()
+first hands tokens to a streamer). Prefix reuse is off for these runs (each
 strategy pays its own prefill, as `hf-pld` does) and measured apart: the same edit request
 twice, time to first token cold and warm.
 
@@ -42,6 +43,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from transformers.generation.streamers import BaseStreamer
 
 from .. import models, weights
 from ..engine import PREFIX_CACHE_MB, Delta, Result, RewriteError, result_of
@@ -251,13 +253,14 @@ class Runner:
         # The engine ends an edit where the answer's code block closes; generate() is told the same.
         closing = {"stop_strings": [f"\n{prompt.fence}\n"], "tokenizer": tokenizer} if prompt.fence else {}
         synchronize(model.device)
-        started = time.perf_counter()
+        first = FirstTokens()
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), prompt_lookup_num_tokens=HF_PLD_LOOKUP,
-                                 max_new_tokens=max_new_tokens, do_sample=False, **closing)
+                                 max_new_tokens=max_new_tokens, do_sample=False, streamer=first, **closing)
         synchronize(model.device)
-        seconds = time.perf_counter() - started
-        return Run(*self.visible(record, prompt, out[0, ids.shape[1]:].tolist()), seconds)
+        seconds = time.perf_counter() - first.started
+        return Run(*self.visible(record, prompt, out[0, ids.shape[1]:].tolist()), seconds,
+                   first_token_seconds=first.seconds)
 
     def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
         """llama.cpp's greedy decoding of the engine's prompt ids, stopped where the engine would stop."""
@@ -274,6 +277,22 @@ class Runner:
                 break
         seconds = time.perf_counter() - started
         return Run(*self.visible(record, prompt, tokens), seconds, first_token_seconds=first_token)
+
+
+class FirstTokens(BaseStreamer):
+    """When generate() hands over its first new tokens (its first `put` is the prompt), in seconds from
+    this streamer's making: `hf-pld`'s time to first token, as the engine's is taken at its first step."""
+
+    def __init__(self):
+        self.started, self.puts, self.seconds = time.perf_counter(), 0, None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.seconds = time.perf_counter() - self.started
+
+    def end(self) -> None:
+        pass
 
 
 def llama_gguf(model: str) -> Path:
