@@ -264,12 +264,15 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     assert all(r["exact_match"] for r in rows[:3])  # greedy decoding is lossless, whatever the drafter
     assert all(0 < r["first_token_seconds"] <= r["seconds"] for r in rows[:3])  # hf-pld's too: its decode-only column
     assert 0 < rows[3]["warm_first_token_seconds"] and 0 < rows[3]["cold_first_token_seconds"]  # no timing claims
+    assert rows[3]["idle_new_tokens"] == rows[0]["new_tokens"] and rows[3]["idle_exact_match"]  # warm: ar's text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["environment"]["model"] == "smollm2-135m" and not summary["interrupted"]
     assert summary["environment"]["max_draft"] == 4
     assert {(s["task"], s["strategy"]) for s in summary["results"]} == {
         ("text-edit", "ar"), ("text-edit", "pld"), ("text-edit", "hf-pld")}
-    assert [s["task"] for s in summary["prefix_reuse"]] == ["text-edit"]
+    [reuse] = summary["prefix_reuse"]
+    assert reuse["task"] == "text-edit" and reuse["idle_exact_match"] == 1.0
+    assert reuse["idle_vs_hf_pld"] > 0 and reuse["idle_vs_llama_cpp"] is None  # llama.cpp did not run
     [(name, costs)] = summary["step_costs"].items()
     assert name == "engine float32" and costs["context"] == step_costs.CONTEXT
     assert 0 < costs["step_seconds"] and 0 < costs["verify_seconds"] and 0 < costs["prefill_seconds"]  # no claims

@@ -12,7 +12,8 @@ the ratio of total tokens over total time, both with the prefill included; "afte
 is the ratio without it, which is where drafting acts (`hf-pld`'s first token is when generate()
 first hands tokens to a streamer). Prefix reuse is off for these runs (each
 strategy pays its own prefill, as `hf-pld` does) and measured apart: the same edit request
-twice, time to first token cold and warm.
+twice, time to first token cold and warm, and the default strategy after the buffer was idle
+(`Assistant.warm`, as the editor does), to the end: its tokens/s against the others' cold ones.
 
 The `fix` task also measures edit quality: each output is run with its task's tests in a
 sandboxed process (`sandbox.py`), and the fix rate (tasks fixed / tasks tried) is reported beside
@@ -353,20 +354,24 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
     return row, result
 
 
-def prefix_reuse(runner: Runner, record: data.Record) -> dict:
+def prefix_reuse(runner: Runner, record: data.Record, reference: Run | None) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
-    after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached)."""
+    after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached); the last
+    runs to the end, so that tokens/s with the buffer warm is measured too, and checked against ar's
+    text (`reference`)."""
     assistant = runner.assistant
     assistant.reuse_prefixes(PREFIX_CACHE_MB)
     try:
         cold, warm = (runner.engine(assistant.strategy, record, 1).first_token_seconds for _ in range(2))
         assistant.reuse_prefixes(PREFIX_CACHE_MB)
         assistant.warm(record.document)
-        idle = runner.engine(assistant.strategy, record, 1).first_token_seconds
+        idle = runner.engine(assistant.strategy, record, runner.max_new_tokens)
     finally:
         assistant.reuse_prefixes(0)
     return {"task": record.task, "id": record.id, "strategy": PREFIX_REUSE, "cold_first_token_seconds": cold,
-            "warm_first_token_seconds": warm, "idle_first_token_seconds": idle}
+            "warm_first_token_seconds": warm, "idle_first_token_seconds": idle.first_token_seconds,
+            "idle_new_tokens": idle.new_tokens, "idle_seconds": round(idle.seconds, 4),
+            "idle_exact_match": None if reference is None else idle.text == reference.text}
 
 
 # --- summary, table, chart ------------------------------------------------------------------------
@@ -424,7 +429,9 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
     return summary
 
 
-def summarize_prefix_reuse(rows: list[dict], tasks: list[str]) -> list[dict]:
+def summarize_prefix_reuse(rows: list[dict], tasks: list[str], results: list[dict]) -> list[dict]:
+    """Per task: the mean times to first token, and the default strategy's tokens/s with the buffer warm,
+    against the tokens/s (cold, on the same records) of `hf-pld` and llama.cpp in `results`."""
     summary = []
     for task in tasks:
         mine = [r for r in rows if r["task"] == task and r["strategy"] == PREFIX_REUSE]
@@ -432,9 +439,15 @@ def summarize_prefix_reuse(rows: list[dict], tasks: list[str]) -> list[dict]:
             cold = sum(r["cold_first_token_seconds"] for r in mine) / len(mine)
             warm = sum(r["warm_first_token_seconds"] for r in mine) / len(mine)
             idle = sum(r["idle_first_token_seconds"] for r in mine) / len(mine)
+            tps = ratio(sum(r["idle_new_tokens"] for r in mine), sum(r["idle_seconds"] for r in mine))
+            others = {s["strategy"]: s["tokens_per_second"] for s in results if s["task"] == task}
+            compared = [r["idle_exact_match"] for r in mine if r["idle_exact_match"] is not None]
             summary.append({"task": task, "records": len(mine), "cold_first_token_seconds": cold,
                             "warm_first_token_seconds": warm, "warm_over_cold": ratio(warm, cold),
-                            "idle_first_token_seconds": idle, "idle_over_cold": ratio(idle, cold)})
+                            "idle_first_token_seconds": idle, "idle_over_cold": ratio(idle, cold),
+                            "idle_tokens_per_second": tps, "idle_vs_hf_pld": ratio(tps, others.get("hf-pld")),
+                            "idle_vs_llama_cpp": ratio(tps, others.get(LLAMA_CPP)),
+                            "idle_exact_match": ratio(sum(compared), len(compared))})
     return summary
 
 
@@ -488,13 +501,16 @@ def table(summary: list[dict], unavailable: dict[str, str]) -> Table:
 
 
 def prefix_table(summary: list[dict]) -> Table:
-    t = Table(title="prefix reuse: the same edit request twice, and after the buffer was idle")
-    for name in ("task", "n", "first token cold", "first token again", "again / cold", "after idle", "idle / cold"):
+    t = Table(title="prefix reuse: the same edit request twice, and after the buffer was idle (whole answer)")
+    for name in ("task", "n", "first token cold", "first token again", "again / cold", "after idle", "idle / cold",
+                 "tok/s after idle", "vs hf-pld", "vs llama.cpp", "exact vs ar"):
         t.add_column(name, justify="left" if name == "task" else "right")
     for s in summary:
         t.add_row(s["task"], str(s["records"]), fmt(s["cold_first_token_seconds"], ".3f", "s"),
                   fmt(s["warm_first_token_seconds"], ".3f", "s"), fmt(s["warm_over_cold"], ".0%"),
-                  fmt(s["idle_first_token_seconds"], ".3f", "s"), fmt(s["idle_over_cold"], ".0%"))
+                  fmt(s["idle_first_token_seconds"], ".3f", "s"), fmt(s["idle_over_cold"], ".0%"),
+                  fmt(s["idle_tokens_per_second"], ".1f"), fmt(s["idle_vs_hf_pld"], ".2f", "x"),
+                  fmt(s["idle_vs_llama_cpp"], ".2f", "x"), fmt(s["idle_exact_match"], ".0%"))
     return t
 
 
@@ -558,7 +574,7 @@ def environment(assistant, max_new_tokens: int) -> dict:
 def finish(plan_: Plan, runner: Runner, rows: list[dict], costs: dict[str, dict], env: dict, interrupted: bool,
            console) -> None:
     summary = summarize(rows, plan_.tasks, plan_.strategies)
-    reuse = summarize_prefix_reuse(rows, plan_.tasks)
+    reuse = summarize_prefix_reuse(rows, plan_.tasks, summary)
     (plan_.out / "summary.json").write_text(json.dumps(
         {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable,
          "llama_cpp": runner.llama_info or None, "step_costs": costs, "results": summary,
@@ -615,7 +631,7 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
                     progress.advance(bar)
                 if record.is_edit and results:
                     progress.update(bar, description=f"{record.task} {record.id[:24]} {PREFIX_REUSE}")
-                    rows.append(prefix_reuse(runner, record))
+                    rows.append(prefix_reuse(runner, record, results.get("ar")))
                     jsonl.write(json.dumps(rows[-1]) + "\n")
                     jsonl.flush()
     except KeyboardInterrupt:
