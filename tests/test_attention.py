@@ -1,5 +1,6 @@
-"""The engine's CPU attention (float32 KV cache, float32 attention, bottom-right causal mask) computes
-what transformers' own attention computes, for every shape of forward pass the decode loop makes."""
+"""The engine's CPU attention (float32 KV cache, float32 attention for steps and drafts, bottom-right
+causal mask) computes what transformers' own attention computes, for every shape of forward pass the
+decode loop makes; a prefill's, in bfloat16 on AMX, within bfloat16's rounding."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def logits_per_pass(model, passes: list[list[int]], cache) -> list[torch.Tensor]
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
-def test_attention_matches_transformers_sdpa(dtype, tolerance):
+def test_attention_matches_transformers_sdpa(dtype, tolerance, monkeypatch):
+    monkeypatch.setattr(attention, "PREFILL", torch.float32)  # bfloat16 prefills on AMX: the test below
     torch.manual_seed(0)
     prompt = torch.randint(0, TINY_VOCAB, (100,)).tolist()
     # A prefill from empty (longer than FEW queries: the fused kernel), one-token steps, drafts of several
@@ -37,6 +39,18 @@ def test_attention_matches_transformers_sdpa(dtype, tolerance):
     expected = logits_per_pass(reference, passes, preallocated_cache(reference, 128))
     for g, e in zip(got, expected):
         assert torch.allclose(g.float(), e.float(), atol=tolerance, rtol=0)
+
+
+def test_a_prefill_in_bfloat16_stays_within_its_rounding(monkeypatch):
+    prompt = torch.randint(0, TINY_VOCAB, (100,), generator=torch.Generator().manual_seed(1)).tolist()
+    model = make_tiny_model(seed=7, initializer_range=0.2)
+    logits = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        monkeypatch.setattr(attention, "PREFILL", dtype)
+        logits[dtype] = logits_per_pass(model, [prompt[:90], prompt[90:]], preallocated_cache(model, 128))
+    for exact, rounded in zip(logits[torch.float32], logits[torch.bfloat16]):
+        assert not torch.equal(exact, rounded)  # the prefill's attention did run in bfloat16
+        assert torch.allclose(exact, rounded, atol=0.02 * exact.abs().max().item(), rtol=0)
 
 
 def test_fits_only_full_attention_without_softcapping():
