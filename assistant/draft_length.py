@@ -8,6 +8,13 @@ device and thread count (cached on disk, or in memory where the cache cannot be 
 damaged file is measured again), in the background on a first start (inside model loading it
 took up to 100 s, and the doors looked hung); a is tracked online per generation. Where little is
 accepted (translation, answers to questions) k drops to 0 and decoding is plain decoding.
+
+A rewrite copies in long runs, so a is high and changes by regime (a copied stretch, then an edit):
+the estimate starts high and follows the last drafts closely. With a prior of 0.9 and the past
+weighing 0.5, `pld+h` on Qwen2.5-Coder-1.5B (gguf-bf16, 2-core Xeon; 6 code and 6 text edits of
+the bench, the settings taking turns per record, same texts) made 88.2 tokens/s after the first
+token against 82.2 with 0.7 and 0.8, in 257 steps against 304: drafts had grown by one to three
+tokens a step, from 8, through long copies that accepted them whole.
 """
 
 from __future__ import annotations
@@ -47,8 +54,8 @@ class FixedDraftLength:
 class AdaptiveDraftLength:
     costs: dict[int, float]  # forward time of n tokens relative to one token
     most: int
-    prior: float = 0.7  # acceptance expected of a rewrite before any draft is seen
-    memory: float = 0.8  # weight of the past in the running acceptance estimate
+    prior: float = 0.9  # acceptance expected of a rewrite before any draft is seen
+    memory: float = 0.5  # weight of the past in the running acceptance estimate
     patience: float = 0.95  # per undrafted step: how slowly the estimate returns to the prior
 
     def __post_init__(self):
