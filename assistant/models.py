@@ -22,10 +22,12 @@ import logging
 import os
 import shutil
 import tempfile
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -292,6 +294,22 @@ def packed_path(where: Path | str, weights: str, gguf: bool = False) -> Path:
     return cache_root() / "packed" / f"{name}-{stamp}-{weights}-torch{torch.__version__}.safetensors"
 
 
+def _mlp_in_place(mlp, x: torch.Tensor) -> torch.Tensor:
+    return mlp.down_proj(F.silu(mlp.gate_proj(x), inplace=True).mul_(mlp.up_proj(x)))
+
+
+def mlp_in_place(model) -> None:
+    """Run the MLPs of the families we ship with SiLU and the product written into the gate's output,
+    the same operations as transformers' `down(act(gate(x)) * up(x))` and the same bits, without two
+    new tensors a layer: a prefill's are tens of MB each (1,500 rows x 8,960: 54 MB), and memory
+    fresh from the kernel costs more to fault in than the arithmetic. Qwen2.5-Coder-1.5B's 1,500-token
+    prefill on gguf-bf16: 5.3 s against 5.7 (2-core Xeon, the two taking turns, best of 3)."""
+    if model.config.model_type not in weights_module.FAMILIES or model.config.hidden_act != "silu":
+        return
+    for layer in model.model.layers:
+        layer.mlp.forward = types.MethodType(_mlp_in_place, layer.mlp)
+
+
 def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, device: str = "auto") -> LoadedModel:
     """Load a model with its linear layers in the `weights` format (see `weights`)."""
     hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
@@ -312,6 +330,7 @@ def load(spec: str = DEFAULT_MODEL, weights: str = weights_module.DEFAULT, devic
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
     model.to(target).eval()
+    mlp_in_place(model)
     if target.type == "cpu" and chosen in weights_module.COMPACT:
         if model.config.model_type in weights_module.FAMILIES:
             log.info("packing %s's linear layers as %s", name, chosen)

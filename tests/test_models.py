@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from assistant import models
 from assistant.models import EmbeddedModel, ModelError
 
-from conftest import make_tiny_model
+from conftest import TINY_VOCAB, make_tiny_model
 
 
 @pytest.fixture
@@ -112,3 +113,13 @@ def test_interrupted_conversion_leaves_nothing_loadable_and_the_next_call_conver
     loaded = models.load(models.DEFAULT_MODEL, weights="float32", device="cpu")
     assert loaded.folder == folder and loaded.sha256 == sha
     assert not hasattr(loaded.model.config, "quantization_config")
+
+
+def test_mlps_in_place_give_transformers_own_logits():
+    model = make_tiny_model(seed=3, initializer_range=0.2)
+    ids = torch.randint(0, TINY_VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        expected = model(input_ids=ids).logits
+        models.mlp_in_place(model)
+        assert model.model.layers[0].mlp.forward.__func__ is models._mlp_in_place
+        assert torch.equal(model(input_ids=ids).logits, expected)
