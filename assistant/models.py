@@ -15,6 +15,8 @@ serves the models already converted in it.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -29,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import modeling_gguf_pytorch_utils as gguf_loading
 from transformers.utils import logging as hf_logging
 
 from . import atomic, attention
@@ -214,7 +217,8 @@ def convert_locked(parts: list[Path], sha256: str | None, name: str, models: Pat
         shutil.rmtree(done, ignore_errors=True)  # a damaged folder: converted again below
         log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        with no_conversion_bar():
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The dequantized weights are ordinary tensors; without this the folder would claim a
         # GGUF quantization that from_pretrained cannot load from safetensors.
         model.hf_quantizer = None
@@ -226,6 +230,18 @@ def convert_locked(parts: list[Path], sha256: str | None, name: str, models: Pat
         (staged / "SOURCE_SHA256").write_text(actual + "\n")
         staged.rename(done)
     return done, actual
+
+
+@contextlib.contextmanager
+def no_conversion_bar():
+    """Without transformers' bar over the GGUF's tensors: it draws it with tqdm itself, whatever
+    `disable_progress_bar` says, and our one line already says that the conversion runs."""
+    bar = gguf_loading.tqdm
+    gguf_loading.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_loading.tqdm = bar
 
 
 def resolve(spec: str) -> tuple[Path | str, str | None, str]:
