@@ -14,10 +14,21 @@ Two measurements decided it, both on the project's 2-core machines:
   draft could see other numbers than plain decoding. Steps of up to `FEW` queries (every decode
   step and verification) therefore take two matrix products and a softmax. For the Qwen models'
   shapes (6 and 7 query heads per key head) MKL then gives each row the same bits whatever the
-  count (checked for 1..64 queries against 70 to 3,000 keys, `tests/test_attention.py`); for
-  SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel the exactness
-  tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query over 1,500 keys
-  of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
+  count; for SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel
+  the exactness tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query
+  over 1,500 keys of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
+- A row must also not depend on how many keys lie past the ones it sees. Draft token i of a
+  verification sees the keys up to its own position, the later ones masked; the one-token step at
+  that position has no later keys. MKL sums the probabilities' product with the values in another
+  order for another count of keys (99 of 100 counts from 300 to 399 gave other bits with the masked
+  keys' zero probabilities than without them), and on Qwen2.5-Coder-0.5B, 1 of 10 code edits came out
+  other than `ar`'s in a bench run. So every product runs over the keys a query sees rounded up to
+  a multiple of `KEYS`, read from the cache's buffer past its end (`kv_cache` rounds its capacity up
+  and starts it at zeros), the rest masked: a row of a verification and its one-token step then
+  multiply the same shapes and the same numbers, the masked positions' zeros times whatever lies
+  there. It costs about 30 us a layer for a step (130 against 101 us over 1,500 keys of the 1.5B's
+  shapes, medians of runs taking turns), 25 to 40 for 11 to 25 queries. A cache without room past
+  its end (transformers' own, in `hf-pld`) gets products over exactly its keys, not row-exact.
 - A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
   CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
   the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
@@ -33,6 +44,8 @@ drafting (drafters.AttentionDraft) and calibration (which finds the induction he
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
@@ -40,6 +53,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 NAME = "assistant"
 FEW = 64  # the most queries that take the row-exact path: more than any draft plus its token
+KEYS = 256  # a row-exact path's products run over a multiple of this many keys (see few_queries)
 PREFILL = torch.bfloat16 if torch.cpu._is_amx_tile_supported() else torch.float32  # more queries, on CPU
 
 
@@ -56,21 +70,60 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                                                        device=query.device).tril(keys - queries)
         dtype = PREFILL if key.dtype == torch.float32 and key.device.type == "cpu" else key.dtype
         out = F.scaled_dot_product_attention(query.to(dtype), key.to(dtype), value.to(dtype), attn_mask=mask,
-                                             is_causal=mask is None, scale=scaling, enable_gqa=True)
-    return out.to(query.dtype).transpose(1, 2), None
+                                             is_causal=mask is None, scale=scaling, enable_gqa=True).transpose(1, 2)
+    return out.to(query.dtype), None
 
 
 def few_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
-    """softmax(q k^T * scaling + causal mask) v, each query row computed alone: query [b, h, q, d],
-    key and value [b, kv_h, k, d] (h a multiple of kv_h, q <= k); returns [b, h, q, d]."""
+    """softmax(q k^T * scaling + causal mask) v, each query row computed as a step of that query alone
+    computes it: query [b, h, q, d], key and value [b, kv_h, k, d] (h a multiple of kv_h, q <= k);
+    returns [b, q, h, d]. Query i sees the first k - q + 1 + i keys; its products run over those
+    rounded up to a multiple of KEYS (the rest masked: zero probabilities), read from the cache's
+    buffer past k where it has room (`widened`)."""
     batch, heads, queries, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    scores = torch.matmul((query * scaling).reshape(batch, kv_heads, group * queries, dim), key.transpose(-1, -2))
-    if queries > 1:  # query i of q sees keys up to k - q + i
-        future = torch.ones(queries, queries - 1, dtype=torch.bool, device=query.device).triu()
-        scores.view(batch, kv_heads, group, queries, keys)[..., keys - queries + 1:].masked_fill_(future, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), value).view(batch, heads, queries, dim)
+    first = keys - queries + 1  # keys the first query sees
+    low, high = -(-first // KEYS) * KEYS, -(-keys // KEYS) * KEYS  # its span and the last query's
+    wide_key, wide_value = widened(key, high), widened(value, high)
+    if wide_key is None or wide_value is None:  # a cache without room past k: over the k keys, not exact
+        low = high = keys
+    else:
+        key, value = wide_key, wide_value
+    # Rows query-major ([b, kv_h, q, group, d] as [b, kv_h, q group, d]): a span's queries are a block.
+    rows = query.new_empty(batch, kv_heads, queries, group, dim)
+    torch.mul(query.view(batch, kv_heads, group, queries, dim).transpose(2, 3), scaling, out=rows)
+    scores = torch.matmul(rows.view(batch, kv_heads, queries * group, dim), key.transpose(-1, -2))
+    if first < high:  # query i sees keys up to first + i - 1
+        scores.view(batch, kv_heads, queries, group, high)[..., first:].masked_fill_(
+            future(queries, high - first, query.device), float("-inf"))
+    probabilities = torch.softmax(scores, dim=-1)
+    if low == high:
+        out = torch.matmul(probabilities, value)
+    else:  # a draft crossing a multiple of KEYS: the queries before it, then those after
+        split = (low - first + 1) * group
+        out = torch.cat([torch.matmul(probabilities[:, :, :split, :low], value[:, :, :low]),
+                         torch.matmul(probabilities[:, :, split:], value)], dim=2)
+    return out.view(batch, kv_heads, queries, group, dim).transpose(1, 2).reshape(batch, queries, heads, dim)
+
+
+@functools.lru_cache(maxsize=256)
+def future(queries: int, width: int, device: torch.device) -> torch.Tensor:
+    """[queries, 1, width]: key first + c is masked for query i where c >= i."""
+    return torch.ones(queries, width, dtype=torch.bool, device=device).triu()[:, None]
+
+
+def widened(cached: torch.Tensor, length: int) -> torch.Tensor | None:
+    """`cached` [b, h, n, d], a view of a longer buffer, over its first `length` >= n positions (those
+    past n hold keys or values of rejected drafts, or zeros: finite, and met only by zero
+    probabilities); None where the buffer ends before."""
+    if length == cached.shape[2]:
+        return cached
+    size = (*cached.shape[:2], length, cached.shape[3])
+    end = cached.storage_offset() + sum((n - 1) * stride for n, stride in zip(size, cached.stride())) + 1
+    if end * cached.element_size() > cached.untyped_storage().nbytes():
+        return None
+    return cached.as_strided(size, cached.stride(), cached.storage_offset())
 
 
 def fits(config) -> bool:

@@ -27,8 +27,9 @@ class PreallocatedLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, _ = key_states.shape
         self.dtype, self.device = self.storage_dtype or key_states.dtype, key_states.device
-        self.key_buffer = key_states.new_empty(batch, heads, self.capacity, key_states.shape[-1], dtype=self.dtype)
-        self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1],
+        # Zeros, not whatever memory held: attention reads past the end (`attention.widened`).
+        self.key_buffer = key_states.new_zeros(batch, heads, self.capacity, key_states.shape[-1], dtype=self.dtype)
+        self.value_buffer = value_states.new_zeros(batch, heads, self.capacity, value_states.shape[-1],
                                                    dtype=self.dtype)
         self.is_initialized = True
         self._view()
@@ -71,7 +72,9 @@ def preallocated_cache(model, capacity: int) -> DynamicCache:
     """A cache for `model` that holds up to `capacity` positions without ever reallocating; in float32
     where the model runs its attention in float32 (see `attention`)."""
     cache = DynamicCache(config=model.config.get_text_config())
-    dtype = torch.float32 if model.config._attn_implementation == attention.NAME else None
+    ours = model.config._attn_implementation == attention.NAME
+    dtype = torch.float32 if ours else None
+    capacity = -(-capacity // attention.KEYS) * attention.KEYS if ours else capacity  # room to read past the end
     # Sliding-window layers keep their own bounded storage; only full-attention layers grow.
     cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]

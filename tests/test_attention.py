@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from assistant import attention
 from assistant.kv_cache import preallocated_cache
@@ -62,13 +63,31 @@ def test_fits_only_full_attention_without_softcapping():
 
 
 @pytest.mark.parametrize("heads, kv_heads, dim", [(12, 2, 128), (14, 2, 64)])  # Qwen2.5-Coder 1.5B and 0.5B
-@pytest.mark.parametrize("keys", [70, 513, 1500, 3001])
-def test_a_rows_numbers_do_not_depend_on_how_many_queries_come_with_it(heads, kv_heads, dim, keys):
-    """What makes verification exact: the last q queries of a step of FEW give the same bits as a step
-    of those q alone, for every q a decode step or verification can have."""
+@pytest.mark.parametrize("keys", [70, 256, 300, 1500])
+def test_each_row_of_a_verification_is_its_one_token_step(heads, kv_heads, dim, keys):
+    """What makes verification exact: query i of q, the last of keys - q + 1 + i cached positions,
+    gives the bits that a step of that query alone gives there, whatever the cache's buffer holds past
+    the positions it sees (a rejected draft's keys, zeros), drafts crossing a multiple of KEYS too."""
     generator = torch.Generator().manual_seed(keys)
-    key, value = (torch.randn(1, kv_heads, keys + 10, dim, generator=generator)[:, :, :keys] for _ in range(2))
+    capacity = -(-keys // attention.KEYS) * attention.KEYS  # as preallocated_cache rounds it
+    buffers = [torch.randn(1, kv_heads, capacity, dim, generator=generator) for _ in range(2)]
     query = torch.randn(1, heads, attention.FEW, dim, generator=generator)
-    full = attention.few_queries(query, key, value, dim ** -0.5)
-    for q in range(1, attention.FEW):
-        assert torch.equal(attention.few_queries(query[:, :, -q:], key, value, dim ** -0.5), full[:, :, -q:]), q
+    for q in (1, 2, 7, 25, attention.FEW):
+        rows = attention.few_queries(query[:, :, :q], *(b[:, :, :keys] for b in buffers), dim ** -0.5)
+        for i in range(q):
+            seen = keys - q + 1 + i
+            other = [b.clone() for b in buffers]
+            for b in other:
+                b[:, :, seen:] = torch.randn(b[:, :, seen:].shape, generator=generator)
+            step = attention.few_queries(query[:, :, i:i + 1], *(b[:, :, :seen] for b in other), dim ** -0.5)
+            assert torch.equal(rows[:, i], step[:, 0]), (q, i)
+
+
+def test_without_room_past_the_keys_the_rows_are_the_same_up_to_rounding():
+    """A cache of exactly its keys (transformers' own, as hf-pld runs it) gets products over those."""
+    generator = torch.Generator().manual_seed(0)
+    key, value = (torch.randn(1, 2, 300, 64, generator=generator) for _ in range(2))
+    query = torch.randn(1, 14, 9, 64, generator=generator)
+    exact_size = attention.few_queries(query, key, value, 0.125)
+    roomy = attention.few_queries(query, *(F.pad(t, (0, 0, 0, 212))[:, :, :300] for t in (key, value)), 0.125)
+    assert torch.allclose(exact_size, roomy, atol=1e-5, rtol=0)
