@@ -1,5 +1,6 @@
-// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `amx_kernel.repack`, on AMX:
-// x and y in float32, x rounded to bfloat16 for the tiles. Why, and what it measured: amx_kernel.py.
+// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `amx_kernel.repack`, on AMX or,
+// built without -mamx-tile, on AVX512-BF16's VDPBF16PS: x and y in float32, x rounded to bfloat16 for
+// the dot products. Why, and what it measured: amx_kernel.py.
 //
 // A weight of sub-block u is q s_u + o_u: an integer code q (small enough for bfloat16 to hold it
 // exactly) times a scale, plus an offset, both per output (the GGUF's d sc and -dmin m for Q4_K). So
@@ -10,6 +11,9 @@
 // A row's every operation is the same whatever the number of rows and whichever path runs them, and a
 // tile computes each row from that row of x alone: verifying a draft reproduces one-token steps bit for
 // bit.
+//
+// VDPBF16PS reads the same layout: a tile row is one vector of 16 outputs x 2 inputs, multiplied by a
+// row's two inputs broadcast. Each row's sums are its own chain of them, so the same holds.
 //
 // Tiles: 0 and 1 sum rows 0-15 for a panel's outputs 0-15 and 16-31, 2 and 3 rows 16-31; 4 and 5 hold
 // x's rows 0-15 and 16-31 over one sub-block, 6 and 7 the codes: rows of input pairs, each row 16
@@ -80,8 +84,10 @@ constexpr int PANEL = 32;    // outputs per panel: two units (the last may have 
 constexpr int64_t FEW = 32;  // up to this many rows, each sub-block's tiles are made as they are used
 constexpr int64_t ROWS = 64;  // up to this many rows (more than any verification), each row exactly alike
 constexpr int64_t SPAN = 256;  // a prefill's rows a panel's tiles are made for: their x stays in L2 (1,500 at once: 2x slower)
+constexpr int64_t DIRECT = 2;  // without AMX, up to this many rows multiply tile rows as they are made from the codes
 constexpr int AHEAD = 2048;  // bytes of a unit's blocks read ahead: a one-token step 80 ms without, 62 with (1,024-16,384: 61-70)
 
+#ifdef __AMX_TILE__
 struct alignas(64) Config {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -102,6 +108,7 @@ void configure(int rows, int sub) {
     asm volatile("" : : "r"(&c) : "memory");  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes
     _tile_loadconfig(&c);
 }
+#endif
 
 // From cvtne2ps_pbh(inputs 2r + 1, inputs 2r), words [2r of outputs 0-15, 2r + 1 of 0-15], to a tile
 // row's [output 0: 2r, 2r + 1; output 1: ...].
@@ -130,26 +137,29 @@ inline __m512i code_words(const uint8_t* codes, int r) {
 template <class L>
 constexpr int BIAS = L::LOW == -128 ? 0 : 128 - L::LOW;
 
-// The weight tile of sub-block u of one unit's block b (SUB / 2 rows of 64 bytes) into `to`: the
-// codes as bfloat16 integers, BIAS + LOW + q.
+// Row r of a 32-input chunk's weight tile: its codes as bfloat16 integers, BIAS + LOW + q.
+template <class L>
+inline __m512i tile_row(const uint8_t* codes, int r, __m512i order) {
+    const __m512i q = code_words<L>(codes, r);
+    if (L::LOW != -128) return _mm512_or_si512(q, _mm512_set1_epi16(0x4300));
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 16), 16));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(q, 16));
+    return _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+// Sub-block u of one unit's block b: its chunk's codes, and the chunk's tile row it starts at (Q6_K:
+// two sub-blocks a chunk).
+template <class L>
+inline const uint8_t* sub_codes(const uint8_t* b, int u) { return b + L::FIELDS + u * L::SUB / 32 * (L::NIBBLES ? 256 : 512); }
+template <class L>
+inline int first_row(int u) { return u * L::SUB % 32 / 2; }
+
+// The weight tile of sub-block u of one unit's block b (SUB / 2 rows of 64 bytes) into `to`.
 template <class L>
 inline void weight_tile(const uint8_t* b, int u, __m512i order, uint8_t* to) {
-    constexpr int ROWS = L::SUB / 2;
-    const int chunk = u * L::SUB / 32, first = u * L::SUB % 32 / 2;  // Q6_K: two sub-blocks a chunk
-    const uint8_t* codes = b + L::FIELDS + chunk * (L::NIBBLES ? 256 : 512);
+    const uint8_t* codes = sub_codes<L>(b, u);
 #pragma GCC unroll 16
-    for (int r = first; r < first + ROWS; r++) {
-        const __m512i q = code_words<L>(codes, r);
-        __m512i words;
-        if (L::LOW == -128) {
-            const __m512 lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 16), 16));
-            const __m512 hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(q, 16));
-            words = _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-        } else {
-            words = _mm512_or_si512(q, _mm512_set1_epi16(0x4300));
-        }
-        _mm512_store_si512(to + 64 * (r - first), words);
-    }
+    for (int r = 0; r < L::SUB / 2; r++) _mm512_store_si512(to + 64 * r, tile_row<L>(codes, first_row<L>(u) + r, order));
 }
 
 // The weight tile of 32-input chunk c of one unit's block b as bfloat16 weights, each the GGUF's
@@ -177,6 +187,61 @@ inline void dense_tile(const uint8_t* b, int c, __m512i order, uint8_t* to) {
     }
 }
 
+#ifndef __AMX_TILE__
+// The VDPBF16PS sums of R rows of x (a row every k values, from x) times a weight tile of `pairs` rows
+// (tile row t: weight(t), 16 outputs x 2 inputs, from memory or made from the codes) into to[32 r]:
+// each row's chain from zero, even and odd tile rows in two chains added at the end, whatever R and
+// wherever the tile rows come from.
+template <int R, class Weight>
+inline void dots(const uint16_t* x, int64_t k, Weight weight, int pairs, float* to) {
+    __m512 even[R], odd[R];
+    for (int r = 0; r < R; r++) even[r] = odd[r] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < pairs; t += 2) {
+        const __m512bh w0 = reinterpret_cast<__m512bh>(weight(t));
+        const __m512bh w1 = reinterpret_cast<__m512bh>(weight(t + 1));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const int32_t* at = reinterpret_cast<const int32_t*>(x + r * k + 2 * t);
+            even[r] = _mm512_dpbf16_ps(even[r], w0, reinterpret_cast<__m512bh>(_mm512_set1_epi32(at[0])));
+            odd[r] = _mm512_dpbf16_ps(odd[r], w1, reinterpret_cast<__m512bh>(_mm512_set1_epi32(at[1])));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_store_ps(to + 32 * r, _mm512_add_ps(even[r], odd[r]));
+}
+
+// A prefill's R rows of x (from x, a row every k values) times a panel's W units of dense tiles (chunk
+// c of unit h at tiles + (2 c + h) 1024), each row's sums one chain over every input, into y (a row
+// every n values).
+template <int R, int W>
+inline void dense_rows(const uint16_t* x, int64_t k, const uint8_t* tiles, int64_t chunks, float* y, int64_t n) {
+    __m512 acc[R][W];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < W; h++) acc[r][h] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++)
+        for (int t = 0; t < 16; t++) {
+            __m512bh w[W];
+            for (int h = 0; h < W; h++) w[h] = reinterpret_cast<__m512bh>(_mm512_load_si512(tiles + (2 * c + h) * 1024 + 64 * t));
+#pragma GCC unroll 12
+            for (int r = 0; r < R; r++) {
+                const __m512bh v = reinterpret_cast<__m512bh>(
+                    _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x + r * k + 32 * c + 2 * t)));
+                for (int h = 0; h < W; h++) acc[r][h] = _mm512_dpbf16_ps(acc[r][h], w[h], v);
+            }
+        }
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < W; h++) _mm512_storeu_ps(y + r * n + 16 * h, acc[r][h]);
+}
+
+template <int W>
+void dense_block(const uint16_t* x, int64_t k, const uint8_t* tiles, int64_t chunks, float* y, int64_t n, int64_t rows) {
+    int64_t r = 0;
+    for (; r + 12 <= rows; r += 12) dense_rows<12, W>(x + r * k, k, tiles, chunks, y + r * n, n);
+    for (; r + 4 <= rows; r += 4) dense_rows<4, W>(x + r * k, k, tiles, chunks, y + r * n, n);
+    for (; r < rows; r++) dense_rows<1, W>(x + r * k, k, tiles, chunks, y + r * n, n);
+}
+#endif
+
 // x rounded to bfloat16, and the sum of each row's rounded values over each sub-block, in float32.
 template <class L>
 void round_rows(const float* x, int64_t m, int64_t k, uint16_t* xb, float* sums) {
@@ -200,8 +265,10 @@ void dense(const uint16_t* xb, int64_t m, int64_t k, const uint8_t* units, int64
     const int64_t unit_bytes = k / L::BLOCK * L::BYTES, chunks = k / 32, panels = (n + PANEL - 1) / PANEL;
     const __m512i order = pairs();
     uint8_t* tiles = static_cast<uint8_t*>(aligned_alloc(64, chunks * 2 * 1024));
+#ifdef __AMX_TILE__
     alignas(64) float sums[32 * 32];
     int configured = 0;
+#endif
     for (int64_t first = 0; first < m; first += SPAN) {
         const int64_t last = first + SPAN < m ? first + SPAN : m;
 #pragma omp for schedule(static)
@@ -211,6 +278,7 @@ void dense(const uint16_t* xb, int64_t m, int64_t k, const uint8_t* units, int64
             for (int h = 0; h < width; h++)
                 dense_tile<L>(units + (2 * p + h) * unit_bytes + c * 32 / L::BLOCK * L::BYTES, int(c % (L::BLOCK / 32)),
                               order, tiles + (2 * c + h) * 1024);
+#ifdef __AMX_TILE__
         for (int64_t r0 = first; r0 < last; r0 += 32) {
             const int rows = int(last - r0 < 32 ? last - r0 : 32);
             if (rows != configured) configure(rows, 32), configured = rows;
@@ -242,6 +310,12 @@ void dense(const uint16_t* xb, int64_t m, int64_t k, const uint8_t* units, int64
                 for (int h = 0; h < width; h++)
                     _mm512_storeu_ps(y + (r0 + r) * n + p * PANEL + 16 * h, _mm512_load_ps(sums + 32 * r + 16 * h));
         }
+#else
+        if (width == 2)
+            dense_block<2>(xb + first * k, k, tiles, chunks, y + first * n + p * PANEL, n, last - first);
+        else
+            dense_block<1>(xb + first * k, k, tiles, chunks, y + first * n + p * PANEL, n, last - first);
+#endif
     }
     }
     free(tiles);
@@ -259,15 +333,21 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
     const int64_t kept = m <= FEW ? 3 : subs;  // few: made, multiplied, scaled
     uint8_t* tiles = static_cast<uint8_t*>(aligned_alloc(64, kept * 2 * TILE_BYTES));
     __m512* scales = static_cast<__m512*>(aligned_alloc(64, kept * 4 * 64));
+#ifdef __AMX_TILE__
     int configured = 0;
+    constexpr bool direct = false;
+#else
+    const bool direct = m <= DIRECT;
+#endif
     int width = 2;  // units in this panel: the last may have one
+    const uint8_t* at = units;  // this panel's first unit
     auto make = [&](const uint8_t* at, int64_t u, int64_t slot) {
         for (int h = 0; h < width; h++) {
             const uint8_t* b = at + h * unit_bytes + u * L::SUB / L::BLOCK * L::BYTES;
             const int within = int(u % (L::BLOCK / L::SUB));
             const uint8_t* next = at + h * unit_bytes + u * L::SUB * L::BYTES / L::BLOCK + AHEAD;  // about
             for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
-            weight_tile<L>(b, within, order, tiles + (2 * slot + h) * TILE_BYTES);
+            if (!direct) weight_tile<L>(b, within, order, tiles + (2 * slot + h) * TILE_BYTES);
             __m512 o = _mm512_setzero_ps();
             L::scales(b, within, scales[4 * slot + h], o);
             scales[4 * slot + 2 + h] = o;
@@ -275,6 +355,7 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
     };
     // The products of sub-block u's codes into sums[u % 2]: tile work, which runs beside the
     // vector work of making the next tiles and scaling the last sums.
+#ifdef __AMX_TILE__
     auto multiply = [&](const uint16_t* xr, int rows, int64_t u, int64_t slot) {
         const uint8_t* w = tiles + 2 * slot * TILE_BYTES;
         float* to = sums[u % 2];
@@ -301,6 +382,27 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
             }
         }
     };
+#else
+    // Few rows: the tile rows made from the codes as they are multiplied, else read from the tiles made.
+    auto multiply = [&](const uint16_t* xr, int rows, int64_t u, int64_t slot) {
+        for (int h = 0; h < width; h++) {
+            const uint8_t* w = tiles + (2 * slot + h) * TILE_BYTES;
+            const uint8_t* codes = sub_codes<L>(at + h * unit_bytes + u * L::SUB / L::BLOCK * L::BYTES, int(u % (L::BLOCK / L::SUB)));
+            const int first = first_row<L>(int(u % (L::BLOCK / L::SUB)));
+            auto made = [&](int t) { return tile_row<L>(codes, first + t, order); };
+            auto read = [&](int t) { return _mm512_load_si512(w + 64 * t); };
+            float* to = sums[u % 2] + 16 * h;
+            const uint16_t* xu = xr + u * L::SUB;
+            if (direct) {  // rows <= DIRECT = 2
+                rows == 1 ? dots<1>(xu, k, made, L::SUB / 2, to) : dots<2>(xu, k, made, L::SUB / 2, to);
+                continue;
+            }
+            int r = 0;
+            for (; r + 4 <= rows; r += 4) dots<4>(xu + r * k, k, read, L::SUB / 2, to + 32 * r);
+            for (; r < rows; r++) dots<1>(xu + r * k, k, read, L::SUB / 2, to + 32 * r);
+        }
+    };
+#endif
     auto scale = [&](const float* xs, int rows, int64_t u, int64_t slot) {
         const __m512* s = scales + 4 * slot;
         const float* from = sums[u % 2];
@@ -316,12 +418,14 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
     };
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < panels; p++) {
-        const uint8_t* at = units + 2 * p * unit_bytes;
+        at = units + 2 * p * unit_bytes;
         width = n - p * PANEL < PANEL ? 1 : 2;
         for (int64_t u = 0; u < (m > FEW ? subs : 1); u++) make(at, u, u);
         for (int64_t r0 = 0; r0 < m; r0 += 32) {
             const int rows = int(m - r0 < 32 ? m - r0 : 32);
+#ifdef __AMX_TILE__
             if (rows != configured) configure(rows, L::SUB), configured = rows;
+#endif
             for (int i = 0; i < rows * 32; i++) acc[i] = 0.0f;
             const uint16_t* xr = xb + r0 * k;
             const float* xs = xsums + r0 * subs;
@@ -354,7 +458,9 @@ void product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t
             dense<L>(xb, m, k, units, n, y);
         else
             exact<L>(xb, xsums, m, k, units, n, y);
+#ifdef __AMX_TILE__
         _tile_release();
+#endif
     }
     free(xb);
     free(xsums);
@@ -383,11 +489,13 @@ void by_kind(int kind, A... a) {
 
 extern "C" {
 
+#ifdef __AMX_TILE__
 // Whether this process may use AMX tiles: Linux grants the tile data state on request (0 where it did).
 int amx_request() {
     constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
     return int(syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA));
 }
+#endif
 
 // x [m, k] float32, units of `kind` for n outputs (n a multiple of 16; see amx_kernel.repack), y [m, n]
 // float32.

@@ -270,7 +270,7 @@ class TileLinear(GgufLinear):
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear}
-KERNELS = {"gguf": block_kernel.AVX2, "gguf-bf16": amx_kernel.AMX}  # formats that run on a kernel of ours
+KERNELS = {"gguf": block_kernel, "gguf-bf16": amx_kernel}  # formats that run on a kernel of ours
 FROM_GGUF = ("int4", "gguf", "gguf-bf16")  # formats that carry a GGUF's blocks over
 
 
