@@ -37,6 +37,7 @@ from typing import Iterator
 
 import torch
 
+from . import weights
 from .draft_length import AdaptiveDraftLength, FixedDraftLength
 from .drafters import Context, Drafter
 from .kv_cache import preallocated_cache
@@ -45,7 +46,7 @@ from .prefix_cache import PrefixCache, restore
 
 # Rows of every decode step where shapes are fixed, by device: a draft of up to 63 (31) tokens and its
 # token (the tuned ceilings are 24 and 32).
-STEP_ROWS = {"cuda": 64, "cpu": 32}
+STEP_ROWS = {"cuda": 64, "cpu": weights.PADDED_ROWS}
 PROMPT_ROWS = 256  # rows of every prefill forward where shapes are fixed
 
 

@@ -29,7 +29,9 @@ AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float3
 one-token step. So `auto` measures the formats on this machine once (about 5 s, cached per CPU,
 thread count, torch, the formats offered and the block kernel's source) and takes the fastest for
 the products of a code edit with the default strategy (`EDIT`: a 1,500-token prompt as 6 products
-of 256 rows, and 25 verifications of 32 rows). On the EPYC, one 8960x1536 matrix: float32 586 ms,
+of 256 rows, and 25 verifications of 16 rows, 32 for bfloat16, whose steps decoding pads to 32 rows;
+they were 32 rows for all until a Zen 4 EPYC, below, scored bfloat16 within 1% of gguf-bf16 while
+its padded one-token step took 4x gguf-bf16's). On the (Zen 3) EPYC, one 8960x1536 matrix: float32 586 ms,
 bfloat16 3012, float16 358, int8 735, int4 794, gguf 428; 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
 float16 117, gguf 147. So `auto` is float16 there. gguf's one-token step is 1.7x faster than
 float16's, but past 64 rows it multiplies through MKL in float32, slower than fbgemm's float16 at
@@ -48,6 +50,11 @@ and 4.4 to 5.5 s for the 1,536-token prefill; gguf 99, 389 and 645 ms and 18.0 s
 643 ms and 29.1 s. A one-token step reads the weights (3.1 GB in bfloat16), more rows nearly
 nothing more, so verification is almost free; bfloat16 steps are padded to 32 rows for exactness
 (`decoding`), which costs plain decoding what verification costs.
+
+On a 2-core AMD EPYC of the Zen 4 kind (`lscpu`: family 25, model 17; AVX512-BF16 and VNNI, no AMX),
+`gguf-bf16` runs on VDPBF16PS (`amx_kernel`), and `auto` scored gguf-bf16 178 ms, bfloat16 180,
+float16 322, int4 387, gguf 424, int8 450, float32 540 with verifications of 32 rows for all; the
+1.5B's products of one row took 37 ms against bfloat16's 153 (and 342 padded to 32 rows).
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
 bit for bit. torch's int8 and int4 kernels and our two kernels compute each row alone (up to 64
@@ -339,14 +346,16 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
     return to_store
 
 
-EDIT = {256: 6, 32: 25}  # rows of a product: how many of them a code edit of the bench's runs with `pld+h`
-# (Qwen2.5-Coder-1.5B: a 1,500-token prompt, then 22 to 27 verifications of drafts of up to 32 tokens)
+EDIT = {256: 6, 16: 25}  # rows of a product: how many of them a code edit of the bench's runs with `pld+h`
+# (Qwen2.5-Coder-1.5B: a 1,500-token prompt, then 22 to 27 verifications of 9 to 14 accepted tokens each)
+PADDED_ROWS = 32  # rows of every step of a bfloat16 model on CPU (`decoding.fixed_shapes` pads them)
 
 
 def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
     """Seconds of the products a code edit of the default strategy runs (`EDIT`), through each format,
-    on a random matrix of the model's MLP shape; formats are interleaved and the fastest of 5 rounds
-    of each size kept, so that other load hurts them alike."""
+    on a random matrix of the model's MLP shape, a bfloat16 step as decoding pads it (`PADDED_ROWS`);
+    formats are interleaved and the fastest of 5 rounds of each size kept, so that other load hurts
+    them alike."""
     generator = torch.Generator().manual_seed(0)
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
@@ -370,11 +379,12 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
     inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in EDIT}
+    padded = {rows: torch.randn(max(rows, PADDED_ROWS), in_features, generator=generator) for rows in EDIT}
     best = {(weights, rows): float("inf") for weights in runs for rows in inputs}
     with torch.inference_mode():
         for _ in range(5):
             for weights, run in runs.items():
-                for rows, x in inputs.items():
+                for rows, x in (padded if weights == "bfloat16" else inputs).items():
                     started = time.perf_counter()
                     run(x)
                     best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
