@@ -472,6 +472,125 @@ template <class L> struct Product {
     }
 };
 
+
+#ifndef __AMX_TILE__
+// --weights gguf-q8: x quantized to 8 bits per 32 inputs and row (a scale d, codes -127..127, as
+// llama.cpp's Q8_0), times the same groups' codes by VPDPBUSD: four codes of an output (unsigned bytes)
+// times four of x (signed) into one int32 lane. A 64-byte word of the groups holds, in output j's
+// dword, inputs (0, 2, 1, 3) of four for byte codes (two tile rows), and for nibbles inputs
+// (0, 4, 1, 5) of eight in the low nibbles and (2, 6, 3, 7) in the high: x's codes are stored in the
+// same order, so one AND (and a shift) makes an operand. Per sub-block, in float32:
+//     y += (s d) (sum of q x)  +  (s LOW + o) (d sum of x)
+// the integer sums exact whatever their order, the scaling each row's own chain: a row's result is
+// the same whatever the number of rows.
+template <class L>
+void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* xq, float* dx, float* xs) {
+    const int64_t chunks = k / 32, subs = k / L::SUB;
+    // x's codes in the order the weights' bytes come, within each 8 inputs: a byte shuffle of 16.
+    const __m128i order = L::NIBBLES ? _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15)
+                                     : _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t c = 0; c < chunks; c++) {
+            const __m512 v[2] = {_mm512_loadu_ps(x + r * k + 32 * c), _mm512_loadu_ps(x + r * k + 32 * c + 16)};
+            const float most = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            const float d = most / 127.0f, inverse = most > 0.0f ? 127.0f / most : 0.0f;
+            int sums[2];
+            for (int h = 0; h < 2; h++) {  // codes rounded to the nearest, ties to even
+                const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(inverse)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + r * k + 32 * c + 16 * h),
+                                 _mm_shuffle_epi8(_mm512_cvtepi32_epi8(q), order));
+                sums[h] = _mm512_reduce_add_epi32(q);
+            }
+            if (L::SUB == 16)
+                for (int h = 0; h < 2; h++) xs[r * subs + 2 * c + h] = d * float(sums[h]);
+            else
+                xs[r * subs + c] = d * float(sums[0] + sums[1]);
+            dx[r * chunks + c] = d;
+        }
+}
+
+// R rows of quantized x times one unit (16 outputs) into y (a row every n values).
+template <class L, int R>
+inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, int64_t k, const uint8_t* unit, float* y,
+                    int64_t n) {
+    constexpr int PER = L::BLOCK / L::SUB;  // sub-blocks a block
+    const int64_t subs = k / L::SUB, chunks = k / 32;
+    __m512 a[R];
+    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < subs; u++) {
+        const uint8_t* b = unit + u / PER * L::BYTES;
+        const int within = int(u % PER);
+        const uint8_t* next = unit + u * L::SUB * L::BYTES / L::BLOCK + AHEAD;
+        for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+        __m512 s, o = _mm512_setzero_ps();
+        L::scales(b, within, s, o);
+        const __m512 so = _mm512_fmadd_ps(s, _mm512_set1_ps(float(L::LOW)), o);
+        const uint8_t* codes = sub_codes<L>(b, within);
+        const int64_t c = u * L::SUB / 32;
+        __m512i sums[R];
+        for (int r = 0; r < R; r++) sums[r] = _mm512_setzero_si512();
+        auto add = [&](__m512i w, int64_t at) {  // x's four codes at `at` of each row's chunk c
+            for (int r = 0; r < R; r++)
+                sums[r] = _mm512_dpbusd_epi32(sums[r], w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(xq + r * k + 32 * c + at)));
+        };
+        if (L::NIBBLES) {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_loadu_si512(codes + 64 * g);
+                add(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), 8 * g);
+                add(_mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)), 8 * g + 4);
+            }
+        } else {
+            const int first = first_row<L>(within) / 2;
+#pragma GCC unroll 8
+            for (int g = first; g < first + L::SUB / 4; g++) {
+                const __m512i v = _mm512_loadu_si512(codes + 64 * g);
+                add(L::LOW == -128 ? _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))) : v, 4 * g);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r]), _mm512_mul_ps(s, _mm512_set1_ps(dx[r * chunks + c])), a[r]);
+            a[r] = _mm512_fmadd_ps(so, _mm512_set1_ps(xs[r * subs + u]), a[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(y + r * n, a[r]);
+}
+
+template <class L>
+void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
+    const int64_t chunks = k / 32, subs = k / L::SUB, unit_bytes = k / L::BLOCK * L::BYTES;
+    int8_t* xq = static_cast<int8_t*>(aligned_alloc(64, (m * k + 63) / 64 * 64));
+    float* dx = static_cast<float*>(aligned_alloc(64, (m * chunks * 4 + 63) / 64 * 64));
+    float* xs = static_cast<float*>(aligned_alloc(64, (m * subs * 4 + 63) / 64 * 64));
+#pragma omp parallel
+    {
+        quantize_rows<L>(x, m, k, xq, dx, xs);  // ends with a barrier
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < n / 16; j++) {
+            const uint8_t* unit = units + j * unit_bytes;
+            int64_t r = 0;
+            auto rows = [&]<int R>() {
+                q8_rows<L, R>(xq + r * k, dx + r * chunks, xs + r * subs, k, unit, y + r * n + 16 * j, n);
+                r += R;
+            };
+            while (r + 8 <= m) rows.template operator()<8>();
+            while (r + 4 <= m) rows.template operator()<4>();
+            while (r < m) rows.template operator()<1>();
+        }
+    }
+    free(xq);
+    free(dx);
+    free(xs);
+}
+
+template <class L> struct Q8Product {
+    static void run(const float* x, int64_t m, int64_t k, const uint8_t* u, int64_t n, float* y) {
+        q8_product<L>(x, m, k, u, n, y);
+    }
+};
+#endif
+
 template <template <class> class F, class... A>
 void by_kind(int kind, A... a) {
     switch (kind) {
@@ -502,4 +621,11 @@ int amx_request() {
 void amx_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
     by_kind<Product>(kind, x, m, k, units, n, y);
 }
+
+#ifndef __AMX_TILE__
+// The same, x quantized to 8 bits per 32 inputs (--weights gguf-q8).
+void q8_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
+    by_kind<Q8Product>(kind, x, m, k, units, n, y);
+}
+#endif
 }

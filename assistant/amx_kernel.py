@@ -97,12 +97,14 @@ _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
 _LINEAR = {"amx_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)}
 AMX = block_kernel.Kernel("amx_kernel.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
                           {"amx_request": ([], _i32)} | _LINEAR, _granted)
-AVX512 = block_kernel.Kernel("amx_kernel.cpp", _FLAGS, _NEEDS, _LINEAR)  # the same source without tiles: VDPBF16PS
+# The same source without tiles: VDPBF16PS, and VPDPBUSD for `q8_kernel` (every CPU with AVX512-BF16 has VNNI).
+AVX512 = block_kernel.Kernel("amx_kernel.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
+                             _LINEAR | {"q8_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)})
 
 
 def kernel() -> block_kernel.Kernel:
     """AMX where the CPU has it and Linux grants it, else AVX512-BF16 (an AMD EPYC of the Zen 4 kind)."""
-    return AMX if AMX.usable() else AVX512
+    return AMX if AMX.needs <= block_kernel.cpu_flags() and AMX.usable() else AVX512
 
 
 def library() -> ctypes.CDLL:

@@ -84,12 +84,12 @@ from gguf import quants as gguf_quants
 from safetensors import SafetensorError
 from torch import nn
 
-from . import amx_kernel, atomic, block_kernel, gguf_blocks
+from . import amx_kernel, atomic, block_kernel, gguf_blocks, q8_kernel
 
-FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16")
+FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")
 CHOICES = ("auto",) + FORMATS
 DEFAULT = os.environ.get("ASSISTANT_WEIGHTS") or "auto"  # the test suite pins float32: outputs alike everywhere
-COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16")  # formats that replace the linear layers of a float32 model
+COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
 PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
@@ -225,7 +225,7 @@ class GgufLinear(nn.Module):
     of `KERNEL.OUTPUTS` outputs) and multiplied by it; x, y and the sums in float32."""
 
     KEYS = ("groups", "kind")  # [out / OUTPUTS, bytes per group] uint8; [1] the GGML block type
-    KERNEL: ModuleType  # block_kernel or amx_kernel
+    KERNEL: ModuleType  # block_kernel, amx_kernel or q8_kernel
 
     def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
         super().__init__()
@@ -276,9 +276,15 @@ class TileLinear(GgufLinear):
     KERNEL = amx_kernel
 
 
-QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear}
-KERNELS = {"gguf": block_kernel, "gguf-bf16": amx_kernel}  # formats that run on a kernel of ours
-FROM_GGUF = ("int4", "gguf", "gguf-bf16")  # formats that carry a GGUF's blocks over
+class Q8Linear(GgufLinear):
+    """The same groups through VPDPBUSD (`q8_kernel`): activations quantized to 8 bits per 32 inputs."""
+
+    KERNEL = q8_kernel
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear, "gguf-q8": Q8Linear}
+KERNELS = {f: QUANTIZED[f].KERNEL for f in ("gguf", "gguf-bf16", "gguf-q8")}  # formats that run on a kernel of ours
+FROM_GGUF = ("int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that carry a GGUF's blocks over
 
 
 def fits(weights: str, linear: nn.Linear) -> bool:

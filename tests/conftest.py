@@ -14,9 +14,9 @@ import logging  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 
-from assistant import attention  # noqa: E402
+from assistant import amx_kernel, attention  # noqa: E402
 
 TINY_VOCAB = 64
 
@@ -33,6 +33,14 @@ def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: in
     for at in SCALES[kind.name]:
         raw[..., at:at + 2] = generator.uniform(-0.05, 0.05, (rows, features // block, 1)).astype(np.float16).view(np.uint8)
     return raw.reshape(rows, -1)
+
+
+def tile_groups(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random blocks laid out for `amx_kernel` (and `q8_kernel`), and the float32 weights GGUF's reference
+    makes of them."""
+    raw = random_blocks(kind, rows, features)
+    reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))
+    return amx_kernel.repack(torch.from_numpy(raw), kind.value), reference
 
 
 def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):

@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gguf import GGMLQuantizationType, quants
+from gguf import GGMLQuantizationType
 
 from assistant import amx_kernel, weights
-from conftest import SCALES, carried_smollm2_logits, random_blocks
+from conftest import SCALES, carried_smollm2_logits, tile_groups as groups_of
 
 needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no gguf-bf16 kernel here: {amx_kernel.failure()}")
-
-
-def groups_of(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random blocks laid out for the kernel, and the float32 weights GGUF's reference makes of them."""
-    raw = random_blocks(kind, rows, features)
-    reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))
-    return amx_kernel.repack(torch.from_numpy(raw), kind.value), reference
 
 
 @needs_amx

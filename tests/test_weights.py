@@ -61,7 +61,7 @@ def test_compact_layers_stay_close_to_float32(kind):
     x = torch.randn(8, 256)
     with torch.inference_mode():
         error = (layer(x) - reference(x)).abs().max() / reference(x).abs().max()
-    assert error < {"float16": 1e-3, "int8": 0.03, "int4": 0.15, "gguf": 0.03, "gguf-bf16": 0.03}[kind]
+    assert error < {"float16": 1e-3, "int8": 0.03, "int4": 0.15, "gguf": 0.03, "gguf-bf16": 0.03, "gguf-q8": 0.03}[kind]
 
 
 def test_unknown_weights_and_formats_the_device_lacks_name_the_choices():

@@ -1,0 +1,65 @@
+"""`--weights gguf-q8`: the GGUF's own blocks (`amx_kernel`'s groups) times activations quantized to 8
+bits per row and 32 inputs, on AVX512-VNNI: a row's result is the exact product of its quantized x with
+the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks;
+where the CPU lacks the instructions the format is refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+
+from assistant import q8_kernel, weights
+from conftest import SCALES, carried_smollm2_logits, tile_groups
+
+pytestmark = pytest.mark.skipif(not q8_kernel.usable(), reason=f"no gguf-q8 kernel here: {q8_kernel.failure()}")
+
+
+def quantized(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernel rounds it: per row and 32 inputs, a scale of the largest |x| / 127 and codes
+    rounded to the nearest (ties to even)."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127
+    codes = torch.where(scale > 0, torch.round(blocks / torch.where(scale > 0, scale, 1)), 0)
+    return (codes * scale).reshape(x.shape)
+
+
+@pytest.mark.parametrize("name", list(SCALES))
+def test_a_row_is_its_quantized_x_times_the_exact_weights_whatever_the_batch(name):
+    """Up to 8 rows and past them (a prefill's 70) a row takes the same operations."""
+    kind = GGMLQuantizationType[name]
+    groups, reference = tile_groups(kind, 48, 512)
+    library = q8_kernel.library()
+    x = torch.randn(70, 512, generator=torch.Generator().manual_seed(0))
+    batch = q8_kernel.linear(library, x, groups, kind.value, 512)
+    mismatched = [(start, m) for m in (1, 2, 3, 4, 5, 8, 9, 17, 33, 64) for start in (0, 6)
+                  if not torch.equal(q8_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
+                                     batch[start:start + m])]
+    assert mismatched == []
+    exact = quantized(x).double() @ reference.double().T
+    assert (batch.double() - exact).abs().max() <= 1e-6 * exact.abs().max()
+
+
+def test_a_row_of_zeros_gives_zeros():
+    groups, _ = tile_groups(GGMLQuantizationType.Q4_K, 16, 256)
+    assert torch.equal(q8_kernel.linear(q8_kernel.library(), torch.zeros(3, 256), groups, 12, 256), torch.zeros(3, 16))
+
+
+def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
+    """SmolLM2's Q4_1 GGUF: every layer carried over, the weights the float32 model's bit for bit; only
+    the activations are rounded, to 8 bits a block, so the logits stay near the float32 model's: 4.7%
+    of the largest at most, 3.4% root mean square (gguf-bf16's bfloat16: 0.9% and 0.7%)."""
+    ours, theirs = carried_smollm2_logits("gguf-q8", q8_kernel, caplog, (
+        "model.layers.0.self_attn.q_proj", "model.layers.29.mlp.down_proj", "lm_head"))
+    assert (ours - theirs).abs().max() <= 0.06 * theirs.abs().max()
+    assert (ours - theirs).pow(2).mean().sqrt() <= 0.05 * theirs.pow(2).mean().sqrt()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
+
+
+def test_without_vnni_the_format_is_refused_with_the_reason(monkeypatch):
+    monkeypatch.setattr(q8_kernel, "usable", lambda: False)
+    monkeypatch.setattr(q8_kernel, "failure", lambda: "amx_kernel.cpp needs a CPU with avx512_vnni")
+    assert "gguf-q8" not in weights.available(torch.device("cpu"))
+    with pytest.raises(weights.WeightsError, match=r"'gguf-q8' do not run on cpu here \(amx_kernel.cpp needs a CPU "
+                                                   r"with avx512_vnni\): use one of auto, float32"):
+        weights.check("gguf-q8", torch.device("cpu"))
