@@ -575,8 +575,9 @@ void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int6
                 r += R;
             };
             while (r + 8 <= m) rows.template operator()<8>();
-            while (r + 4 <= m) rows.template operator()<4>();
-            while (r < m) rows.template operator()<1>();
+            if (r + 4 <= m) rows.template operator()<4>();
+            if (r + 2 <= m) rows.template operator()<2>();
+            if (r < m) rows.template operator()<1>();
         }
     }
     free(xq);
