@@ -1,7 +1,6 @@
 """`--weights gguf-bf16`: the kernel (on AMX tiles, or AVX512-BF16's VDPBF16PS where the CPU has no AMX)
 holds every block type's weights exactly as GGUF's reference dequantizes them, computes each row alone
-whatever the batch, and runs a real GGUF's layers on their own blocks; where the CPU has neither the
-format is refused with the reason."""
+whatever the batch, and runs a real GGUF's layers on their own blocks."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 
-from assistant import amx_kernel, weights
+from assistant import amx_kernel
+from assistant.block_kernel import cpu_flags
 from conftest import SCALES, carried_smollm2_logits, tile_groups as groups_of
 
 needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no gguf-bf16 kernel here: {amx_kernel.failure()}")
@@ -67,15 +67,4 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
 
 
 def test_the_kernel_is_amx_where_the_cpu_has_it_else_avx512_bf16():
-    from assistant.block_kernel import cpu_flags
-
     assert amx_kernel.kernel() is (amx_kernel.AMX if {"amx_tile", "amx_bf16"} <= cpu_flags() else amx_kernel.AVX512)
-
-
-def test_without_either_kernel_the_format_is_refused_with_the_reason(monkeypatch):
-    monkeypatch.setattr(amx_kernel, "usable", lambda: False)
-    monkeypatch.setattr(amx_kernel, "failure", lambda: "amx_kernel.cpp needs a CPU with avx512_bf16")
-    assert "gguf-bf16" not in weights.available(torch.device("cpu"))
-    with pytest.raises(weights.WeightsError, match=r"'gguf-bf16' do not run on cpu here \(amx_kernel.cpp needs a CPU "
-                                                   r"with avx512_bf16\): use one of auto, float32"):
-        weights.check("gguf-bf16", torch.device("cpu"))

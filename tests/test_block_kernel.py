@@ -58,15 +58,6 @@ def test_a_real_ggufs_layers_run_on_its_own_blocks(caplog):
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
-def test_without_the_kernel_the_format_is_refused_with_the_reason(monkeypatch):
-    monkeypatch.setattr(block_kernel, "usable", lambda: False)
-    monkeypatch.setattr(block_kernel, "failure", lambda: "the block kernel needs a C++ compiler (g++) to be built once")
-    assert "gguf" not in weights.available(torch.device("cpu"))
-    with pytest.raises(weights.WeightsError, match=r"'gguf' do not run on cpu here \(the block kernel needs a C\+\+ "
-                                                   r"compiler \(g\+\+\) to be built once\): use one of auto, float32"):
-        weights.check("gguf", torch.device("cpu"))
-
-
 def test_a_packed_file_with_blocks_the_kernel_cannot_take_is_rebuilt(tmp_path):
     """safetensors checks the file's structure, not what a layer's blocks say: a block type the kernel
     does not take, or rows of the wrong length, would make it read past them, so they are refused; so

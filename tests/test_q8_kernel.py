@@ -1,7 +1,6 @@
 """`--weights gguf-q8`: the GGUF's own blocks (`amx_kernel`'s groups) times activations quantized to 8
 bits per row and 32 inputs, on AVX512-VNNI: a row's result is the exact product of its quantized x with
-the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks;
-where the CPU lacks the instructions the format is refused with the reason."""
+the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 
-from assistant import q8_kernel, weights
+from assistant import q8_kernel
 from conftest import SCALES, carried_smollm2_logits, tile_groups
 
 pytestmark = pytest.mark.skipif(not q8_kernel.usable(), reason=f"no gguf-q8 kernel here: {q8_kernel.failure()}")
@@ -54,12 +53,3 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
     assert (ours - theirs).abs().max() <= 0.06 * theirs.abs().max()
     assert (ours - theirs).pow(2).mean().sqrt() <= 0.05 * theirs.pow(2).mean().sqrt()
     assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
-
-
-def test_without_vnni_the_format_is_refused_with_the_reason(monkeypatch):
-    monkeypatch.setattr(q8_kernel, "usable", lambda: False)
-    monkeypatch.setattr(q8_kernel, "failure", lambda: "amx_kernel.cpp needs a CPU with avx512_vnni")
-    assert "gguf-q8" not in weights.available(torch.device("cpu"))
-    with pytest.raises(weights.WeightsError, match=r"'gguf-q8' do not run on cpu here \(amx_kernel.cpp needs a CPU "
-                                                   r"with avx512_vnni\): use one of auto, float32"):
-        weights.check("gguf-q8", torch.device("cpu"))

@@ -163,3 +163,13 @@ def test_two_model_folders_of_the_same_name_never_share_packed_weights(tmp_path)
         make_tiny_model(seed=seed).save_pretrained(folder)
     assert models.packed_path(first, "int8") != models.packed_path(second, "int8")
     assert models.packed_path(first, "int8") == models.packed_path(first, "int8")
+
+
+@pytest.mark.parametrize("kind", list(weights.KERNELS))
+def test_a_format_whose_kernel_cannot_run_here_is_refused_with_the_reason(kind, monkeypatch):
+    monkeypatch.setattr(weights.KERNELS[kind], "usable", lambda: False)
+    monkeypatch.setattr(weights.KERNELS[kind], "failure", lambda: "kernel.cpp needs a CPU with avx512_vnni")
+    assert kind not in weights.available(CPU)
+    with pytest.raises(weights.WeightsError, match=rf"'{kind}' do not run on cpu here \(kernel.cpp needs a CPU with "
+                                                   r"avx512_vnni\): use one of auto, float32"):
+        weights.check(kind, CPU)
