@@ -37,7 +37,7 @@ from typing import Iterator
 
 import torch
 
-from . import weights
+from . import attention, weights
 from .draft_length import AdaptiveDraftLength, FixedDraftLength
 from .drafters import Context, Drafter
 from .kv_cache import preallocated_cache
@@ -131,10 +131,13 @@ def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | Non
     """Fill the context's KV cache and hidden rows for positions 0..len(ids)-1: the longest prefix that
     `prefixes` holds is restored (never all of it, so one forward runs), the rest computed, and the
     whole stored back. With `chunk`, forwards of that many tokens, each inside `turn()` (so a caller
-    can let other work run between them) until `cancel` is set. Returns the positions filled."""
+    can let other work run between them) until `cancel` is set. Where every product computes a row
+    alike whatever the rows (`weights.rows_alike`), forwards of at most attention.FEW tokens, whose
+    attention is row-exact too: a prompt then gets the same bits whether it is prefilled at once, in a
+    warm buffer's pieces or after a reused prefix. Returns the positions filled."""
     layers = tuple(context.hidden)
     fixed = fixed_shapes(model)
-    chunk = PROMPT_ROWS if fixed else chunk
+    chunk = PROMPT_ROWS if fixed else chunk or (attention.FEW if weights.rows_alike(model) else 0)
     reused = 0
     if prefixes is not None:
         snapshot, reused = prefixes.lookup(ids, layers)

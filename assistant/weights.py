@@ -307,6 +307,12 @@ def fits(weights: str, linear: nn.Linear) -> bool:
         weights not in KERNELS or linear.out_features % QUANTIZED[weights].KERNEL.MULTIPLE == 0)
 
 
+def rows_alike(model: nn.Module) -> bool:
+    """Whether every product of `model` computes a row alike whatever the number of rows, a prefill's
+    too: every linear layer on gguf-q8's kernel."""
+    return not linears(model) and any(isinstance(m, Q8Linear) for m in model.modules())
+
+
 def linears(model: nn.Module) -> list[str]:
     return [name for name, module in model.named_modules() if type(module) is nn.Linear]
 

@@ -102,7 +102,9 @@ def peaky_model():
 def embedded():
     from assistant.engine import Assistant
 
-    return Assistant(weights="float32")
+    assistant = Assistant(weights="float32")
+    yield assistant
+    assistant.close()  # a process that exits while the background cost measurement is inside torch aborts
 
 
 @pytest.fixture(scope="session")

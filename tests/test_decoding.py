@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from assistant import decoding
-from assistant.decoding import Sampling, decode, verify_sampled
+from assistant import decoding, weights
+from assistant.decoding import Sampling, decode, forward, prefill, start, verify_sampled
+from assistant.engine import WARM_CHUNK
 from assistant.draft_length import AdaptiveDraftLength
 from assistant.drafters import AttentionDraft, Context, HiddenDraft, NgramDraft, NoDraft
 from assistant.prefix_cache import PrefixCache
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, make_tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -484,3 +485,23 @@ def test_same_seed_same_sample(tiny_model):
         a, _ = run(tiny_model, [5] * 20, drafter, 10, 4, sampling=Sampling(1.0, seed=3))
         b, _ = run(tiny_model, [5] * 20, drafter, 10, 4, sampling=Sampling(1.0, seed=3))
         assert a == b
+
+
+@pytest.mark.skipif("gguf-q8" not in weights.available(torch.device("cpu")), reason="no gguf-q8 kernel here")
+def test_where_rows_are_alike_a_prompt_prefilled_in_pieces_gets_the_bits_of_one_prefilled_at_once():
+    """gguf-q8 computes a row alike whatever the rows, so a prompt is prefilled in forwards of up to
+    attention.FEW tokens, row-exact attention included: a warm buffer's pieces (`WARM_CHUNK`) and a
+    cold prefill then leave the same cache, and the next token's logits are the same bits."""
+    model = make_tiny_model()
+    weights.pack(model, "gguf-q8")
+    assert weights.rows_alike(model)
+    ids = [(7 * i) % TINY_VOCAB for i in range(150)]  # more than attention.FEW
+
+    def prefilled(chunk: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        context = start(model, ids, len(ids) + 1, ())
+        assert prefill(model, ids, context, None, chunk) == len(ids)
+        keys = [layer.keys.clone() for layer in context.cache.layers]
+        return keys, forward(model, [3], context.cache, False, 1).logits
+
+    (whole_keys, whole), (piece_keys, pieces) = prefilled(0), prefilled(WARM_CHUNK)
+    assert all(torch.equal(a, b) for a, b in zip(whole_keys, piece_keys)) and torch.equal(whole, pieces)
