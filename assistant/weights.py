@@ -66,7 +66,9 @@ and in the model after 1,500 tokens (best of 5, the engines taking turns): a ste
 66.9 (llama.cpp 37.6), a 16-token verification 160 against 254 (llama.cpp 280), the prefill 10.5 s
 against 12.8 (llama.cpp 17.0). `auto` scored gguf-q8 90, gguf-bf16 141, bfloat16 177, float16 271,
 int4 319, gguf 337, int8 360, float32 440: gguf-q8 there. Its activations' rounding moves SmolLM2's
-logits 3.4% (root mean square) from the float32 model's, against 0.7% for gguf-bf16's bfloat16.
+logits 3.4% (root mean square) from the float32 model's, against 0.7% for gguf-bf16's bfloat16; on
+the first 10 HumanEvalFix tasks of the bench the 1.5B's `pld+h` wrote the same 10 texts on both and
+fixed the same 6 as float32 did on the Xeon (`docs/bench/2026-11-25-qwen1.5b-zen4-fix-q8/`).
 
 Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
 bit for bit. torch's int8 and int4 kernels and our three kernels compute each row alone (up to 64
