@@ -8,8 +8,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 
-from assistant import amx_kernel
-from assistant.block_kernel import cpu_flags
+from assistant import amx_kernel, block_kernel
 from conftest import SCALES, carried_smollm2_logits, tile_groups as groups_of
 
 needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no gguf-bf16 kernel here: {amx_kernel.failure()}")
@@ -66,5 +65,7 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
     assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
 
 
-def test_the_kernel_is_amx_where_the_cpu_has_it_else_avx512_bf16():
-    assert amx_kernel.kernel() is (amx_kernel.AMX if {"amx_tile", "amx_bf16"} <= cpu_flags() else amx_kernel.AVX512)
+def test_a_cpu_without_amx_takes_the_avx512_build_and_never_builds_the_tiles(monkeypatch):
+    monkeypatch.setattr(block_kernel, "cpu_flags", lambda: {"avx512f", "avx512bw", "avx512_bf16", "avx512_vnni"})
+    monkeypatch.setattr(amx_kernel.AMX, "usable", lambda: pytest.fail("the AMX kernel was tried"))
+    assert amx_kernel.kernel() is amx_kernel.AVX512
