@@ -33,7 +33,7 @@ Two measurements decided it, both on the project's 2-core machines:
   CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
   the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
   36 ms in float32 (casts included; 2-core Xeon, model 167), at a relative error of 3e-3, what
-  rounding the activations to bfloat16 costs the products already (`amx_kernel`). The model's
+  rounding the activations to bfloat16 costs the products already (`tile_kernel`). The model's
   1,500-token prefill on gguf-bf16: 4.7 s against 5.2 (the two taking turns, best of 3), the same
   next token. Without AMX (the AVX2 EPYC) bfloat16 is emulated, and prefill stays float32; on the
   Zen 4 EPYC, with AVX512-BF16 but no AMX, the same 1,500 queries took 53 ms in bfloat16 against 51

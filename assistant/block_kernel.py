@@ -33,7 +33,7 @@ multiplied by MKL in float32; a prefill then costs what float32's does.
 
 The C++ source beside this file is compiled once per machine into the cache (about 10 s with g++;
 with no compiler or no AVX2 the format is not offered, and `auto` picks another) and called through
-ctypes, which releases the GIL (`Kernel`, which `amx_kernel` builds with too). It runs on torch's own
+ctypes, which releases the GIL (`Kernel`, which `tile_kernel` builds with too). It runs on torch's own
 OpenMP threads (the same libgomp).
 """
 

@@ -2,19 +2,19 @@
 
 On the 2-core AMD EPYC of the Zen 4 kind (AVX512-BF16 and VNNI, no AMX), `gguf-bf16`'s VDPBF16PS makes
 32 products a vector instruction, and from 4 rows on its products are bound by them: 32 rows of the
-1.5B's matrices took 322 ms, 256 rows 1.95 s (`amx_kernel`). VPDPBUSD makes 64, of unsigned bytes by
+1.5B's matrices took 322 ms, 256 rows 1.95 s (`tile_kernel`). VPDPBUSD makes 64, of unsigned bytes by
 signed ones into int32 lanes. So x is quantized per row and 32 inputs to a float32 scale and codes of
 -127..127, as llama.cpp quantizes activations (Q8_0), and multiplied by the weights' own codes; the
-integer sums of a sub-block are exact in any order, then scaled in float32 as in `amx_kernel`. The
+integer sums of a sub-block are exact in any order, then scaled in float32 as in `tile_kernel`. The
 weights are the GGUF's exactly; only x is rounded, to 8 bits a block where `gguf-bf16` rounds it to
 bfloat16's 8-bit mantissa a value.
 
-It reads `amx_kernel`'s groups as they are: a 64-byte word of them holds, in output j's dword, four
+It reads `tile_kernel`'s groups as they are: a 64-byte word of them holds, in output j's dword, four
 of that output's byte codes (inputs 0, 2, 1, 3 of four) or eight nibbles (0, 4, 1, 5 of eight low, 2,
 6, 3, 7 high), so one AND, and a shift for the high nibbles, makes an operand, and x's codes are
-stored in the same order (`amx_kernel.cpp`, `q8_rows`). Every row is computed alike whatever the
+stored in the same order (`tile_kernel.cpp`, `q8_rows`). Every row is computed alike whatever the
 number of rows, a prefill's too, so verifying a draft reproduces one-token steps bit for bit.
-Built into `amx_kernel`'s AVX512 library, on CPUs with AVX512-VNNI and AVX512-BF16.
+Built into `tile_kernel`'s AVX512 library, on CPUs with AVX512-VNNI and AVX512-BF16.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import ctypes
 
 import torch
 
-from .amx_kernel import AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, holds, repack
+from .tile_kernel import AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, holds, repack
 
 __all__ = ["GROUP_BYTES", "KINDS", "LAYOUT", "MULTIPLE", "OUTPUTS", "check", "dequantize", "holds", "linear", "repack",
            "library", "usable", "failure", "stamp"]

@@ -43,7 +43,7 @@ step and a 16-row verification alone had picked gguf.
 On a 2-core Intel Xeon with AMX and AVX512-BF16 (`lscpu`: model 167, 480 MB of L3), oneDNN runs
 bfloat16 products on AMX tiles, and `auto` scored the same products at bfloat16 137 ms, float16
 712, float32 852, int4 908, gguf 1230, int8 1247: bfloat16 there, until `gguf-bf16` ran the GGUF's
-own blocks on the same tiles (`amx_kernel`): 64 ms against bfloat16's 78 in another run (float32
+own blocks on the same tiles (`tile_kernel`): 64 ms against bfloat16's 78 in another run (float32
 333, float16 249, int4 411, int8 436, gguf 325), so `auto` takes it there. In the model (Qwen2.5-Coder-1.5B,
 after 1,536 tokens, best of 3 or 4), bfloat16 took 188 ms for one row, 206 for 16 and 251 for 32,
 and 4.4 to 5.5 s for the 1,536-token prefill; gguf 99, 389 and 645 ms and 18.0 s; int4 83, 343 and
@@ -52,7 +52,7 @@ nothing more, so verification is almost free; bfloat16 steps are padded to 32 ro
 (`decoding`), which costs plain decoding what verification costs.
 
 On a 2-core AMD EPYC of the Zen 4 kind (`lscpu`: family 25, model 17; AVX512-BF16 and VNNI, no AMX),
-`gguf-bf16` runs on VDPBF16PS (`amx_kernel`), and `auto` scored gguf-bf16 178 ms, bfloat16 180,
+`gguf-bf16` runs on VDPBF16PS (`tile_kernel`), and `auto` scored gguf-bf16 178 ms, bfloat16 180,
 float16 322, int4 387, gguf 424, int8 450, float32 540 with verifications of 32 rows for all; the
 1.5B's products of one row took 37 ms against bfloat16's 153 (and 342 padded to 32 rows). From 4 rows
 VDPBF16PS bounds them, so `gguf-q8` quantizes the activations to 8 bits, as llama.cpp does, for
@@ -99,7 +99,7 @@ from gguf import quants as gguf_quants
 from safetensors import SafetensorError
 from torch import nn
 
-from . import amx_kernel, atomic, block_kernel, gguf_blocks, q8_kernel
+from . import tile_kernel, atomic, block_kernel, gguf_blocks, q8_kernel
 
 FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")
 CHOICES = ("auto",) + FORMATS
@@ -240,7 +240,7 @@ class GgufLinear(nn.Module):
     of `KERNEL.OUTPUTS` outputs) and multiplied by it; x, y and the sums in float32."""
 
     KEYS = ("groups", "kind")  # [out / OUTPUTS, bytes per group] uint8; [1] the GGML block type
-    KERNEL: ModuleType  # block_kernel, amx_kernel or q8_kernel
+    KERNEL: ModuleType  # block_kernel, tile_kernel or q8_kernel
 
     def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
         super().__init__()
@@ -286,9 +286,9 @@ class BlockLinear(GgufLinear):
 
 
 class TileLinear(GgufLinear):
-    """Groups of 16 outputs through the AMX kernel (`amx_kernel`): activations rounded to bfloat16 there."""
+    """Groups of 16 outputs through the AMX kernel (`tile_kernel`): activations rounded to bfloat16 there."""
 
-    KERNEL = amx_kernel
+    KERNEL = tile_kernel
 
 
 class Q8Linear(GgufLinear):

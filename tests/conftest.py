@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 
-from assistant import amx_kernel, attention  # noqa: E402
+from assistant import tile_kernel, attention  # noqa: E402
 
 TINY_VOCAB = 64
 
@@ -36,11 +36,11 @@ def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: in
 
 
 def tile_groups(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random blocks laid out for `amx_kernel` (and `q8_kernel`), and the float32 weights GGUF's reference
+    """Random blocks laid out for `tile_kernel` (and `q8_kernel`), and the float32 weights GGUF's reference
     makes of them."""
     raw = random_blocks(kind, rows, features)
     reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))
-    return amx_kernel.repack(torch.from_numpy(raw), kind.value), reference
+    return tile_kernel.repack(torch.from_numpy(raw), kind.value), reference
 
 
 def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):

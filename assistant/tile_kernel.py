@@ -1,4 +1,5 @@
-"""A matrix product on a GGUF's own blocks on AMX tiles, or on AVX512-BF16 without them: `--weights gguf-bf16`.
+"""A matrix product on a GGUF's own blocks laid out as AMX weight tiles: `--weights gguf-bf16`, on the
+tiles or, without AMX, on AVX512-BF16; `q8_kernel` (`--weights gguf-q8`) reads the same layout.
 
 On the 2-core Xeon with AMX (`lscpu`: model 167), bfloat16 through oneDNN made verification nearly
 free but a one-token step of Qwen2.5-Coder-1.5B read 3.1 GB of weights: 188 ms, and 235 padded to 32
@@ -7,7 +8,7 @@ moves 27 GB/s on 2 threads here (13.5 on one), so the GGUF's 1.1 GB could take a
 
 A weight of a GGUF block is an integer code times a scale plus an offset, per output and sub-block
 of 16 or 32 inputs (Q4_K: d sc q - dmin m). So each sub-block's product is the codes' product times
-the scale, plus the offset times the sum of the inputs. `amx_kernel.cpp` multiplies x, rounded to
+the scale, plus the offset times the sum of the inputs. `tile_kernel.cpp` multiplies x, rounded to
 bfloat16, by the codes as bfloat16 integers with TDPBF16PS, one sub-block at a time from zero with
 float32 sums, and applies the scales and offsets in float32 FMAs. A code q below 128 becomes the
 bfloat16 of 128 + q by an OR of its exponent bits, exact in 7 mantissa bits, and 128 times the sum of
@@ -94,11 +95,11 @@ _p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-ffp-contract=off", "-fopenmp",
           "-fPIC", "-shared", "-std=c++20"]
 _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
-_LINEAR = {"amx_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)}
-AMX = block_kernel.Kernel("amx_kernel.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
+_LINEAR = {"tile_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)}
+AMX = block_kernel.Kernel("tile_kernel.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
                           {"amx_request": ([], _i32)} | _LINEAR, _granted)
 # The same source without tiles: VDPBF16PS, and VPDPBUSD for `q8_kernel` (every CPU with AVX512-BF16 has VNNI).
-AVX512 = block_kernel.Kernel("amx_kernel.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
+AVX512 = block_kernel.Kernel("tile_kernel.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
                              _LINEAR | {"q8_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)})
 
 
@@ -172,7 +173,7 @@ def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, i
     decoding loop)."""
     x = x.contiguous()
     y = torch.empty(x.shape[0], groups.shape[0] * OUTPUTS)
-    lib.amx_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
+    lib.tile_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
     return y
 
 

@@ -1,6 +1,6 @@
-// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `amx_kernel.repack`, on AMX or,
+// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `tile_kernel.repack`, on AMX or,
 // built without -mamx-tile, on AVX512-BF16's VDPBF16PS: x and y in float32, x rounded to bfloat16 for
-// the dot products. Why, and what it measured: amx_kernel.py.
+// the dot products. Why, and what it measured: tile_kernel.py.
 //
 // A weight of sub-block u is q s_u + o_u: an integer code q (small enough for bfloat16 to hold it
 // exactly) times a scale, plus an offset, both per output (the GGUF's d sc and -dmin m for Q4_K). So
@@ -617,9 +617,9 @@ int amx_request() {
 }
 #endif
 
-// x [m, k] float32, units of `kind` for n outputs (n a multiple of 16; see amx_kernel.repack), y [m, n]
+// x [m, k] float32, units of `kind` for n outputs (n a multiple of 16; see tile_kernel.repack), y [m, n]
 // float32.
-void amx_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
+void tile_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
     by_kind<Product>(kind, x, m, k, units, n, y);
 }
 

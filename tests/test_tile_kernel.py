@@ -8,10 +8,10 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 
-from assistant import amx_kernel, block_kernel
+from assistant import tile_kernel, block_kernel
 from conftest import SCALES, carried_smollm2_logits, tile_groups as groups_of
 
-needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no gguf-bf16 kernel here: {amx_kernel.failure()}")
+needs_amx = pytest.mark.skipif(not tile_kernel.usable(), reason=f"no gguf-bf16 kernel here: {tile_kernel.failure()}")
 
 
 @needs_amx
@@ -19,7 +19,7 @@ needs_amx = pytest.mark.skipif(not amx_kernel.usable(), reason=f"no gguf-bf16 ke
 def test_the_weights_are_the_ggufs_own_exactly(name):
     kind = GGMLQuantizationType[name]
     groups, reference = groups_of(kind, 48, 512)  # a panel of 32 outputs and half of one
-    assert torch.equal(amx_kernel.dequantize(amx_kernel.library(), groups, kind.value, 512), reference)
+    assert torch.equal(tile_kernel.dequantize(tile_kernel.library(), groups, kind.value, 512), reference)
 
 
 @needs_amx
@@ -29,11 +29,11 @@ def test_a_row_is_computed_alone_whatever_the_batch(name):
     the same in both, and the sums are float32's of x rounded to bfloat16 times the exact weights."""
     kind = GGMLQuantizationType[name]
     groups, reference = groups_of(kind, 48, 512)
-    library = amx_kernel.library()
-    x = torch.randn(amx_kernel.ROWS, 512, generator=torch.Generator().manual_seed(0))
-    batch = amx_kernel.linear(library, x, groups, kind.value, 512)
+    library = tile_kernel.library()
+    x = torch.randn(tile_kernel.ROWS, 512, generator=torch.Generator().manual_seed(0))
+    batch = tile_kernel.linear(library, x, groups, kind.value, 512)
     mismatched = [(start, m) for m in (1, 2, 3, 5, 16, 17, 31, 32, 33, 57) for start in (0, 7)
-                  if not torch.equal(amx_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
+                  if not torch.equal(tile_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
                                      batch[start:start + m])]
     assert mismatched == []
     exact = x.to(torch.bfloat16).double() @ reference.double().T
@@ -46,10 +46,10 @@ def test_a_prefill_multiplies_bfloat16_weights_and_its_rows_do_not_depend_on_eac
     per panel, for all the rows, and the tiles sum over every input."""
     kind = GGMLQuantizationType.Q4_K
     groups, reference = groups_of(kind, 48, 512)
-    library = amx_kernel.library()
+    library = tile_kernel.library()
     x = torch.randn(200, 512, generator=torch.Generator().manual_seed(0))
-    batch = amx_kernel.linear(library, x, groups, kind.value, 512)
-    assert torch.equal(amx_kernel.linear(library, x[30:130], groups, kind.value, 512), batch[30:130])
+    batch = tile_kernel.linear(library, x, groups, kind.value, 512)
+    assert torch.equal(tile_kernel.linear(library, x[30:130], groups, kind.value, 512), batch[30:130])
     exact = x.to(torch.bfloat16).double() @ reference.to(torch.bfloat16).double().T
     assert (batch.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
 
@@ -59,7 +59,7 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
     """SmolLM2's Q4_1 GGUF (the head tied to a Q8_0 embedding): every layer is carried over and holds
     the float32 model's weights bit for bit; only the activations are rounded, to bfloat16, so the
     logits stay within bfloat16's rounding of the float32 model's."""
-    ours, theirs = carried_smollm2_logits("gguf-bf16", amx_kernel, caplog, (
+    ours, theirs = carried_smollm2_logits("gguf-bf16", tile_kernel, caplog, (
         "model.layers.0.self_attn.q_proj", "model.layers.29.mlp.down_proj", "lm_head"))
     assert (ours - theirs).abs().max() <= 0.02 * theirs.abs().max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.9
@@ -67,5 +67,5 @@ def test_a_real_ggufs_layers_run_on_their_own_blocks(caplog):
 
 def test_a_cpu_without_amx_takes_the_avx512_build_and_never_builds_the_tiles(monkeypatch):
     monkeypatch.setattr(block_kernel, "cpu_flags", lambda: {"avx512f", "avx512bw", "avx512_bf16", "avx512_vnni"})
-    monkeypatch.setattr(amx_kernel.AMX, "usable", lambda: pytest.fail("the AMX kernel was tried"))
-    assert amx_kernel.kernel() is amx_kernel.AVX512
+    monkeypatch.setattr(tile_kernel.AMX, "usable", lambda: pytest.fail("the AMX kernel was tried"))
+    assert tile_kernel.kernel() is tile_kernel.AVX512
