@@ -341,7 +341,7 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
 #endif
     int width = 2;  // units in this panel: the last may have one
     const uint8_t* at = units;  // this panel's first unit
-    auto make = [&](const uint8_t* at, int64_t u, int64_t slot) {
+    auto make = [&](int64_t u, int64_t slot) {
         for (int h = 0; h < width; h++) {
             const uint8_t* b = at + h * unit_bytes + u * L::SUB / L::BLOCK * L::BYTES;
             const int within = int(u % (L::BLOCK / L::SUB));
@@ -420,7 +420,7 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
     for (int64_t p = 0; p < panels; p++) {
         at = units + 2 * p * unit_bytes;
         width = n - p * PANEL < PANEL ? 1 : 2;
-        for (int64_t u = 0; u < (m > FEW ? subs : 1); u++) make(at, u, u);
+        for (int64_t u = 0; u < (m > FEW ? subs : 1); u++) make(u, u);
         for (int64_t r0 = 0; r0 < m; r0 += 32) {
             const int rows = int(m - r0 < 32 ? m - r0 : 32);
 #ifdef __AMX_TILE__
@@ -432,7 +432,7 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
             auto slot = [&](int64_t u) { return m <= FEW ? u % 3 : u; };
             for (int64_t u = 0; u < subs; u++) {
                 multiply(xr, rows, u, slot(u));
-                if (m <= FEW && u + 1 < subs) make(at, u + 1, slot(u + 1));
+                if (m <= FEW && u + 1 < subs) make(u + 1, slot(u + 1));
                 if (u > 0) scale(xs, rows, u - 1, slot(u - 1));
             }
             scale(xs, rows, subs - 1, slot(subs - 1));

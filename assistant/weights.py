@@ -99,7 +99,7 @@ from gguf import quants as gguf_quants
 from safetensors import SafetensorError
 from torch import nn
 
-from . import tile_kernel, atomic, block_kernel, gguf_blocks, q8_kernel
+from . import atomic, block_kernel, gguf_blocks, q8_kernel, tile_kernel
 
 FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")
 CHOICES = ("auto",) + FORMATS
@@ -286,7 +286,8 @@ class BlockLinear(GgufLinear):
 
 
 class TileLinear(GgufLinear):
-    """Groups of 16 outputs through the AMX kernel (`tile_kernel`): activations rounded to bfloat16 there."""
+    """Groups of 16 outputs through the tile kernel (`tile_kernel`, on AMX or AVX512-BF16): activations
+    rounded to bfloat16 there."""
 
     KERNEL = tile_kernel
 
@@ -405,15 +406,14 @@ def timed_formats(device: torch.device, in_features: int, out_features: int) -> 
                                    "kind": torch.tensor([kind.value])}, None, in_features)
         else:
             runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
-    inputs = {rows: torch.randn(rows, in_features, generator=generator) for rows in EDIT}
-    padded = {rows: torch.randn(max(rows, PADDED_ROWS), in_features, generator=generator) for rows in EDIT}
+    inputs = {rows: torch.randn(max(rows, PADDED_ROWS), in_features, generator=generator) for rows in EDIT}
     best = {(weights, rows): float("inf") for weights in runs for rows in inputs}
     with torch.inference_mode():
         for _ in range(5):
             for weights, run in runs.items():
-                for rows, x in (padded if weights == "bfloat16" else inputs).items():
+                for rows, x in inputs.items():
                     started = time.perf_counter()
-                    run(x)
+                    run(x if weights == "bfloat16" else x[:rows])
                     best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
     return {weights: sum(count * best[weights, rows] for rows, count in EDIT.items()) for weights in runs}
 
