@@ -61,6 +61,7 @@ def test_http_rewrite(client):
     assert response.status_code == 200, response.text
     done = response.json()
     assert done["type"] == "done" and done["strategy"] == "pld+h"
+    assert done["model"] == "smollm2-135m" and done["weights"] == "float32"  # the suite pins float32
     assert done["stats"]["new_tokens"] <= 8 and done["stopped"] in ("eos", "length", "stop")
     assert done["complete"] is (done["stopped"] != "length") and (done["reason"] is None) is done["complete"]
     for span in done["spans"]:
@@ -121,6 +122,7 @@ def test_ws_streams_and_reports_bad_input(client):
     assert kinds[-1] == "done" and "delta" in kinds and "step" in kinds
     done = messages[-1]
     assert done["strategy"] == "ar" and "".join(m["text"] for m in messages if m["type"] == "delta") == done["text"]
+    assert done["model"] == "smollm2-135m" and done["weights"] == "float32"
     assert {"tokens_per_second", "mean_accepted", "new_tokens", "steps"} <= set(done["stats"])
     last_step = [m for m in messages if m["type"] == "step"][-1]  # the engine's running figures, as the page shows them
     assert last_step["totals"]["new_tokens"] == done["stats"]["new_tokens"]

@@ -78,6 +78,8 @@ class RewriteResponse(BaseModel):
     complete: bool = Field(description="false when the answer did not end by itself (token limit, cancel)")
     reason: str | None = Field(description="why the answer is unfinished and what to change; null when complete")
     strategy: str
+    model: str = Field(description="the model asked for")
+    weights: str = Field(description="the weight format it ran in (what `auto` chose)")
 
 
 class Health(BaseModel):
