@@ -62,9 +62,16 @@ def test_fits_only_full_attention_without_softcapping():
     assert not attention.fits(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=0))
 
 
-@pytest.mark.parametrize("heads, kv_heads, dim", [(12, 2, 128), (14, 2, 64)])  # Qwen2.5-Coder 1.5B and 0.5B
+NO_KERNEL = pytest.mark.skipif(not attention.KERNEL.usable(), reason=f"no attention kernel: {attention.KERNEL.failure()}")
+SHAPES = [(12, 2, 128), (14, 2, 64)]  # Qwen2.5-Coder 1.5B and 0.5B
+
+
+@pytest.mark.parametrize("path, heads, kv_heads, dim", [
+    *(pytest.param(attention.kernel_queries, *shape, marks=NO_KERNEL) for shape in SHAPES),
+    pytest.param(attention.kernel_queries, 9, 3, 64, marks=NO_KERNEL),  # SmolLM2-135M's: MKL makes its rows unalike
+    *(pytest.param(attention.few_queries, *shape) for shape in SHAPES)])
 @pytest.mark.parametrize("keys", [70, 256, 300, 1500])
-def test_each_row_of_a_verification_is_its_one_token_step(heads, kv_heads, dim, keys):
+def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads, dim, keys):
     """What makes verification exact: query i of q, the last of keys - q + 1 + i cached positions,
     gives the bits that a step of that query alone gives there, whatever the cache's buffer holds past
     the positions it sees (a rejected draft's keys, zeros), drafts crossing a multiple of KEYS too."""
@@ -73,14 +80,24 @@ def test_each_row_of_a_verification_is_its_one_token_step(heads, kv_heads, dim, 
     buffers = [torch.randn(1, kv_heads, capacity, dim, generator=generator) for _ in range(2)]
     query = torch.randn(1, heads, attention.FEW, dim, generator=generator)
     for q in (1, 2, 7, 25, attention.FEW):
-        rows = attention.few_queries(query[:, :, :q], *(b[:, :, :keys] for b in buffers), dim ** -0.5)
+        rows = path(query[:, :, :q], *(b[:, :, :keys] for b in buffers), dim ** -0.5)
         for i in range(q):
             seen = keys - q + 1 + i
             other = [b.clone() for b in buffers]
             for b in other:
                 b[:, :, seen:] = torch.randn(b[:, :, seen:].shape, generator=generator)
-            step = attention.few_queries(query[:, :, i:i + 1], *(b[:, :, :seen] for b in other), dim ** -0.5)
+            step = path(query[:, :, i:i + 1], *(b[:, :, :seen] for b in other), dim ** -0.5)
             assert torch.equal(rows[:, i], step[:, 0]), (q, i)
+
+
+@NO_KERNEL
+def test_the_kernel_computes_the_products_and_softmax_of_the_fallback():
+    generator = torch.Generator().manual_seed(3)
+    for heads, kv_heads, dim in SHAPES + [(4, 2, 8)]:
+        key, value = (torch.randn(1, kv_heads, 700, dim, generator=generator) for _ in range(2))
+        query = torch.randn(1, heads, 9, dim, generator=generator)
+        assert torch.allclose(attention.kernel_queries(query, key, value, dim ** -0.5),
+                              attention.few_queries(query, key, value, dim ** -0.5), atol=2e-6, rtol=0)
 
 
 def test_without_room_past_the_keys_the_rows_are_the_same_up_to_rounding():

@@ -1,0 +1,166 @@
+// Attention of the few queries of a one-token step or a verification over a float32 KV cache, each
+// row computed alone (`attention.py` says why and what it measured).
+//
+// A query row i of a step of q queries over k cached keys sees the first n = k - q + 1 + i keys. Its
+// scores, softmax and weighted sum of values are a fixed sequence of operations over those n keys
+// alone: which other rows come with it, and how many keys lie past n, change nothing. So a verified
+// draft's rows have the bits of the one-token steps that plain decoding would take.
+// - score j: the query (times the scale) by key j in 8-float chunks, one chain of FMAs per key, its 8
+//   lanes summed by the same tree whichever block of 8 keys holds it (`lane_sums`).
+// - softmax: exp(score - max) by one polynomial for every lane, summed in 8 lanes over blocks of 8 keys
+//   then by a fixed tree; the weighted sum runs over the keys in order, and is divided by the sum last.
+// AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
+// of Zen 4 no more FMAs a cycle).
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int64_t BLOCK = 64;  // keys whose values stay in L1 while every row of a group sums them
+
+inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); below -87.3, about 1e-38
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+}
+
+inline __m256 lane_sums(const __m256* a) {  // lane t: the sum of a[t]'s lanes, ((0+1)+(2+3))+((4+5)+(6+7))
+    __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
+}
+
+inline float total(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+struct Heads {  // one key head's view of the cache: position j's vector at base + j * C * 8
+    const float* keys;
+    const float* values;
+};
+
+// Rows `group` queries of one key head at one position, each over its first n keys; q [group, C * 8]
+// already scaled, out [group, C * 8]; scratch holds group x (n rounded up to 8) scores and the sums.
+template <int C>
+void rows(const float* q, int group, Heads kv, int64_t n, float* scratch, float* out) {
+    constexpr int D = C * 8;
+    constexpr int cs = C < 8 ? C : 8;  // the chunks a row sums at once: AVX2 has 16 registers
+    const int64_t width = (n + 7) / 8 * 8;
+    float* scores = scratch;
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        const float* key[8];
+        for (int t = 0; t < 8; ++t) key[t] = kv.keys + std::min(j0 + t, n - 1) * D;  // past n: read, not used
+        for (int g = 0; g < group; ++g) {
+            const float* row = q + g * D;
+            __m256 acc[8];
+            __m256 first = _mm256_loadu_ps(row);
+            for (int t = 0; t < 8; ++t) acc[t] = _mm256_mul_ps(first, _mm256_loadu_ps(key[t]));
+            for (int c = 1; c < C; ++c) {
+                __m256 part = _mm256_loadu_ps(row + c * 8);
+                for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(part, _mm256_loadu_ps(key[t] + c * 8), acc[t]);
+            }
+            _mm256_storeu_ps(scores + g * width + j0, lane_sums(acc));
+        }
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    std::vector<float> sums(group);
+    for (int g = 0; g < group; ++g) {
+        float* s = scores + g * width;
+        __m256 top = _mm256_set1_ps(-INFINITY);
+        for (int64_t j0 = 0; j0 < n; j0 += 8) {
+            __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
+            top = _mm256_max_ps(top, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + j0), valid));
+        }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        __m256 most = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j0 = 0; j0 < n; j0 += 8) {
+            __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
+            __m256 p = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j0), most)), valid);
+            _mm256_storeu_ps(s + j0, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        sums[g] = total(sum);
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * D + c * 8, _mm256_setzero_ps());
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {  // the values of BLOCK keys, for every row of the group
+        const int64_t j1 = std::min(n, j0 + BLOCK);
+        for (int g = 0; g < group; ++g) {
+            const float* p = scores + g * width;
+            for (int c0 = 0; c0 < C; c0 += cs) {
+                __m256 acc[cs];
+                for (int c = 0; c < cs; ++c) acc[c] = _mm256_loadu_ps(out + g * D + (c0 + c) * 8);
+                for (int64_t j = j0; j < j1; ++j) {
+                    __m256 weight = _mm256_set1_ps(p[j]);
+                    const float* value = kv.values + j * D + c0 * 8;
+                    for (int c = 0; c < cs; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + c * 8), acc[c]);
+                }
+                for (int c = 0; c < cs; ++c) _mm256_storeu_ps(out + g * D + (c0 + c) * 8, acc[c]);
+            }
+        }
+    }
+    for (int g = 0; g < group; ++g)
+        for (int c = 0; c < C; ++c) {
+            float* o = out + g * D + c * 8;
+            _mm256_storeu_ps(o, _mm256_div_ps(_mm256_loadu_ps(o), _mm256_set1_ps(sums[g])));
+        }
+}
+
+template <int C>
+void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, const float* keys, const float* values,
+            int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride, float scaling, float* out) {
+    constexpr int D = C * 8;
+    const int group = int(heads / kv_heads);
+    const int64_t tasks = batch * kv_heads * queries;
+#pragma omp parallel
+    {
+        std::vector<float> q(group * D), scratch(group * ((count + 7) / 8 * 8)), result(group * D);
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks; ++task) {
+            const int64_t b = task / (kv_heads * queries), h = task / queries % kv_heads, i = task % queries;
+            for (int g = 0; g < group; ++g)
+                for (int d = 0; d < D; ++d)
+                    q[g * D + d] = query[((b * heads + h * group + g) * queries + i) * D + d] * scaling;
+            const int64_t at = b * batch_stride + h * head_stride;
+            rows<C>(q.data(), group, Heads{keys + at, values + at}, count - queries + 1 + i, scratch.data(),
+                    result.data());
+            for (int g = 0; g < group; ++g)
+                std::copy_n(result.data() + g * D, D, out + ((b * queries + i) * heads + h * group + g) * D);
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+// query [batch, heads, queries, dim] contiguous; keys and values [batch, kv_heads, >= count, dim] with
+// positions dim floats apart; out [batch, queries, heads, dim]. Returns 0, or -1 for a dim it lacks.
+int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, int64_t dim, const float* keys,
+           const float* values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
+           float scaling, float* out) {
+    switch (dim) {
+#define DIM(d) case d: attend<d / 8>(query, batch, heads, queries, keys, values, kv_heads, count, batch_stride, \
+                                     head_stride, scaling, out); return 0;
+        DIM(8) DIM(16) DIM(32) DIM(64) DIM(128) DIM(256)
+#undef DIM
+    }
+    return -1;
+}
+}
