@@ -21,7 +21,8 @@
 
 namespace {
 
-constexpr int64_t BLOCK = 64;  // keys whose values stay in L1 while every row of a group sums them
+constexpr int64_t BLOCK = 64;
+constexpr int64_t AHEAD = 16;  // keys whose values stay in L1 while every row of a group sums them
 
 inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); below -87.3, about 1e-38
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -65,6 +66,8 @@ void rows(const float* q, int group, Heads kv, int64_t n, float* scratch, float*
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
         const float* key[8];
         for (int t = 0; t < 8; ++t) key[t] = kv.keys + std::min(j0 + t, n - 1) * D;  // past n: read, not used
+        if (j0 + AHEAD + 8 <= n)
+            for (int l = 0; l < 8 * D / 16; ++l) _mm_prefetch(reinterpret_cast<const char*>(kv.keys + (j0 + AHEAD) * D) + 64 * l, _MM_HINT_T0);
         for (int g = 0; g < group; ++g) {
             const float* row = q + g * D;
             __m256 acc[8];

@@ -107,6 +107,8 @@ class Kernel:
             return self._library
 
     def usable(self) -> bool:
+        if self._library is not None:  # asked on every step (`attention.kernel_takes`): no lock once built
+            return True
         try:
             self.library()
         except KernelError:

@@ -37,7 +37,7 @@ from typing import Iterator
 
 import torch
 
-from . import attention, weights
+from . import attention, decoder, weights
 from .draft_length import AdaptiveDraftLength, FixedDraftLength
 from .drafters import Context, Drafter
 from .kv_cache import preallocated_cache
@@ -80,8 +80,11 @@ class Step:
 
 def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int):
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([ids], device=model.device), cache=cache, use_cache=True,
-                     output_hidden_states=hidden, logits_to_keep=logits_to_keep)
+        fed = torch.tensor([ids], device=model.device)
+        if decoder.fits(model):
+            return decoder.forward(model, fed, cache, hidden, logits_to_keep)
+        return model(input_ids=fed, cache=cache, use_cache=True, output_hidden_states=hidden,
+                     logits_to_keep=logits_to_keep)
 
 
 def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
