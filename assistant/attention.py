@@ -32,8 +32,9 @@ Two measurements decided it, both on the project's 2-core machines:
 - On CPU, `attention_kernel.cpp` (`kernel_queries`) takes those steps instead: each query row alone,
   over exactly the keys it sees, one fixed sequence of operations (see its source), so rows are alike
   whatever the count of queries and keys, SmolLM2's shapes too, with nothing read past the end. One
-  query over 1,500 keys of the 1.5B's layer: 77 against 172 us (its 3 MB of keys and values read at
-  about 38 GB/s on 2 threads); 16 queries: 1.02 against 0.98 ms. In the model on gguf-q8 after 1,500
+  query over 1,500 keys of the 1.5B's layer: 77 against 172 us (its 3 MB of keys and values warm in
+  L3; in the model, where they come from memory, about 180 us); 16 queries: 1.02 against 0.98 ms
+  (each row's own chains, at about two thirds of the FMA peak). In the model on gguf-q8 after 1,500
   tokens (the two taking turns in one process, best of 6 x 3, Zen 4 EPYC): a one-token step 37.1
   against 42.0 ms, a 16-token verification 149.6 against 158.3. `few_queries` stays for other devices.
 - A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
