@@ -15,6 +15,7 @@
 // product): neither was faster in the 1.5B's steps or in isolation.
 
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 
 #include <algorithm>
@@ -23,8 +24,7 @@
 
 namespace {
 
-constexpr int64_t BLOCK = 64;
-constexpr int64_t AHEAD = 16;  // keys whose values stay in L1 while every row of a group sums them
+constexpr int64_t BLOCK = 64;  // keys whose values stay in L1 while every row of a task sums them
 
 inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); below -87.3, about 1e-38
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -57,35 +57,38 @@ struct Heads {  // one key head's view of the cache: position j's vector at base
     const float* values;
 };
 
-// Rows `group` queries of one key head at one position, each over its first n keys; q [group, C * 8]
-// already scaled, out [group, C * 8]; scratch holds group x (n rounded up to 8) scores and the sums.
+// `count` rows of one key head: row r is query r / group's head r % group, and sees the first
+// first + r / group keys. q [count, C * 8] already scaled; row r's result goes to out + r / group *
+// stride + r % group * C * 8; scores holds count x `width` floats (width >= the most keys, rounded up to 8).
 template <int C>
-void rows(const float* q, int group, Heads kv, int64_t n, float* scratch, float* out) {
+void rows(const float* q, int count, int group, Heads kv, int64_t first, float* scores, int64_t width, float* out,
+          int64_t stride) {
     constexpr int D = C * 8;
     constexpr int cs = C < 8 ? C : 8;  // the chunks a row sums at once: AVX2 has 16 registers
-    const int64_t width = (n + 7) / 8 * 8;
-    float* scores = scratch;
-    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    const int64_t most = first + (count - 1) / group;
+    auto seen = [&](int r) { return first + r / group; };
+    auto from = [&](int64_t j) { return int(std::max<int64_t>(0, (j - first + 1) * group)); };  // rows that see key j
+    auto result = [&](int r) { return out + r / group * stride + r % group * D; };
+    for (int64_t j0 = 0; j0 < most; j0 += 8) {  // every row's scores of 8 keys, read once
         const float* key[8];
-        for (int t = 0; t < 8; ++t) key[t] = kv.keys + std::min(j0 + t, n - 1) * D;  // past n: read, not used
-        if (j0 + AHEAD + 8 <= n)
-            for (int l = 0; l < 8 * D / 16; ++l) _mm_prefetch(reinterpret_cast<const char*>(kv.keys + (j0 + AHEAD) * D) + 64 * l, _MM_HINT_T0);
-        for (int g = 0; g < group; ++g) {
-            const float* row = q + g * D;
+        for (int t = 0; t < 8; ++t) key[t] = kv.keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
+        for (int r = from(j0); r < count; ++r) {
+            const float* row = q + r * D;
             __m256 acc[8];
-            __m256 first = _mm256_loadu_ps(row);
-            for (int t = 0; t < 8; ++t) acc[t] = _mm256_mul_ps(first, _mm256_loadu_ps(key[t]));
+            __m256 head = _mm256_loadu_ps(row);
+            for (int t = 0; t < 8; ++t) acc[t] = _mm256_mul_ps(head, _mm256_loadu_ps(key[t]));
             for (int c = 1; c < C; ++c) {
                 __m256 part = _mm256_loadu_ps(row + c * 8);
                 for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(part, _mm256_loadu_ps(key[t] + c * 8), acc[t]);
             }
-            _mm256_storeu_ps(scores + g * width + j0, lane_sums(acc));
+            _mm256_storeu_ps(scores + r * width + j0, lane_sums(acc));
         }
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    std::vector<float> sums(group);
-    for (int g = 0; g < group; ++g) {
-        float* s = scores + g * width;
+    std::vector<float> sums(count);
+    for (int r = 0; r < count; ++r) {
+        const int64_t n = seen(r);
+        float* s = scores + r * width;
         __m256 top = _mm256_set1_ps(-INFINITY);
         for (int64_t j0 = 0; j0 < n; j0 += 8) {
             __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
@@ -93,37 +96,38 @@ void rows(const float* q, int group, Heads kv, int64_t n, float* scratch, float*
         }
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        __m256 most = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
+        __m256 largest = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
         __m256 sum = _mm256_setzero_ps();
         for (int64_t j0 = 0; j0 < n; j0 += 8) {
             __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
-            __m256 p = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j0), most)), valid);
+            __m256 p = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j0), largest)), valid);
             _mm256_storeu_ps(s + j0, p);
             sum = _mm256_add_ps(sum, p);
         }
-        sums[g] = total(sum);
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * D + c * 8, _mm256_setzero_ps());
+        sums[r] = total(sum);
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(result(r) + c * 8, _mm256_setzero_ps());
     }
-    for (int64_t j0 = 0; j0 < n; j0 += BLOCK) {  // the values of BLOCK keys, for every row of the group
-        const int64_t j1 = std::min(n, j0 + BLOCK);
-        for (int g = 0; g < group; ++g) {
-            const float* p = scores + g * width;
+    for (int64_t j0 = 0; j0 < most; j0 += BLOCK) {  // the values of BLOCK keys, for every row that sees them
+        for (int r = from(j0); r < count; ++r) {
+            const int64_t j1 = std::min(seen(r), j0 + BLOCK);
+            const float* p = scores + r * width;
+            float* o = result(r);
             for (int c0 = 0; c0 < C; c0 += cs) {
                 __m256 acc[cs];
-                for (int c = 0; c < cs; ++c) acc[c] = _mm256_loadu_ps(out + g * D + (c0 + c) * 8);
+                for (int c = 0; c < cs; ++c) acc[c] = _mm256_loadu_ps(o + (c0 + c) * 8);
                 for (int64_t j = j0; j < j1; ++j) {
                     __m256 weight = _mm256_set1_ps(p[j]);
                     const float* value = kv.values + j * D + c0 * 8;
                     for (int c = 0; c < cs; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + c * 8), acc[c]);
                 }
-                for (int c = 0; c < cs; ++c) _mm256_storeu_ps(out + g * D + (c0 + c) * 8, acc[c]);
+                for (int c = 0; c < cs; ++c) _mm256_storeu_ps(o + (c0 + c) * 8, acc[c]);
             }
         }
     }
-    for (int g = 0; g < group; ++g)
+    for (int r = 0; r < count; ++r)
         for (int c = 0; c < C; ++c) {
-            float* o = out + g * D + c * 8;
-            _mm256_storeu_ps(o, _mm256_div_ps(_mm256_loadu_ps(o), _mm256_set1_ps(sums[g])));
+            float* o = result(r) + c * 8;
+            _mm256_storeu_ps(o, _mm256_div_ps(_mm256_loadu_ps(o), _mm256_set1_ps(sums[r])));
         }
 }
 
@@ -132,21 +136,25 @@ void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, c
             int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride, float scaling, float* out) {
     constexpr int D = C * 8;
     const int group = int(heads / kv_heads);
-    const int64_t tasks = batch * kv_heads * queries;
+    // A task is one key head's rows of a run of queries: its keys read once for them all. Runs enough
+    // for every thread (how rows are shared out changes no row's bits).
+    const int64_t heads_all = batch * kv_heads;
+    const int64_t parts = std::min<int64_t>(queries, (omp_get_max_threads() + heads_all - 1) / heads_all);
+    const int64_t run = (queries + parts - 1) / parts, width = (count + 7) / 8 * 8;
 #pragma omp parallel
     {
-        std::vector<float> q(group * D), scratch(group * ((count + 7) / 8 * 8)), result(group * D);
+        std::vector<float> q(run * group * D), scores(run * group * width);
 #pragma omp for schedule(static)
-        for (int64_t task = 0; task < tasks; ++task) {
-            const int64_t b = task / (kv_heads * queries), h = task / queries % kv_heads, i = task % queries;
-            for (int g = 0; g < group; ++g)
-                for (int d = 0; d < D; ++d)
-                    q[g * D + d] = query[((b * heads + h * group + g) * queries + i) * D + d] * scaling;
+        for (int64_t task = 0; task < heads_all * parts; ++task) {
+            const int64_t b = task / (kv_heads * parts), h = task / parts % kv_heads, i0 = task % parts * run;
+            const int64_t i1 = std::min(queries, i0 + run);
+            for (int64_t i = i0; i < i1; ++i)
+                for (int g = 0; g < group; ++g)
+                    for (int d = 0; d < D; ++d)
+                        q[((i - i0) * group + g) * D + d] = query[((b * heads + h * group + g) * queries + i) * D + d] * scaling;
             const int64_t at = b * batch_stride + h * head_stride;
-            rows<C>(q.data(), group, Heads{keys + at, values + at}, count - queries + 1 + i, scratch.data(),
-                    result.data());
-            for (int g = 0; g < group; ++g)
-                std::copy_n(result.data() + g * D, D, out + ((b * queries + i) * heads + h * group + g) * D);
+            rows<C>(q.data(), int((i1 - i0) * group), group, Heads{keys + at, values + at}, count - queries + 1 + i0,
+                    scores.data(), width, out + ((b * queries + i0) * heads + h * group) * D, heads * D);
         }
     }
 }
