@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -143,7 +144,9 @@ void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, c
     const int64_t run = (queries + parts - 1) / parts, width = (count + 7) / 8 * 8;
 #pragma omp parallel
     {
-        std::vector<float> q(run * group * D), scores(run * group * width);
+        // not zeroed: a prefill's pieces of 64 queries would clear megabytes a layer
+        const auto q = std::make_unique_for_overwrite<float[]>(run * group * D);
+        const auto scores = std::make_unique_for_overwrite<float[]>(run * group * width);
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < heads_all * parts; ++task) {
             const int64_t b = task / (kv_heads * parts), h = task / parts % kv_heads, i0 = task % parts * run;
@@ -153,8 +156,8 @@ void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, c
                     for (int d = 0; d < D; ++d)
                         q[((i - i0) * group + g) * D + d] = query[((b * heads + h * group + g) * queries + i) * D + d] * scaling;
             const int64_t at = b * batch_stride + h * head_stride;
-            rows<C>(q.data(), int((i1 - i0) * group), group, Heads{keys + at, values + at}, count - queries + 1 + i0,
-                    scores.data(), width, out + ((b * queries + i0) * heads + h * group) * D, heads * D);
+            rows<C>(q.get(), int((i1 - i0) * group), group, Heads{keys + at, values + at}, count - queries + 1 + i0,
+                    scores.get(), width, out + ((b * queries + i0) * heads + h * group) * D, heads * D);
         }
     }
 }
