@@ -32,8 +32,7 @@ class Output:
 def fits(model) -> bool:
     """Whether `forward` computes what transformers' forward of `model` computes."""
     config = model.config
-    return (config.model_type in FAMILIES and config._attn_implementation == attention.NAME
-            and attention.fits(config) and not getattr(config, "pretraining_tp", 1) > 1)
+    return config.model_type in FAMILIES and config._attn_implementation == attention.NAME and attention.fits(config)
 
 
 def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int) -> Output:
