@@ -73,8 +73,7 @@ KEYS = 256  # a row-exact path's products run over a multiple of this many keys 
 PREFILL = torch.bfloat16 if torch.cpu._is_amx_tile_supported() else torch.float32  # more queries, on CPU
 DIMS = (8, 16, 32, 64, 128, 256)  # the head sizes `attention_kernel.cpp` takes
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
-KERNEL = block_kernel.Kernel("attention_kernel.cpp", ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp",
-                                                      "-fPIC", "-shared", "-std=c++20"], {"avx2", "fma"},
+KERNEL = block_kernel.Kernel("attention_kernel.cpp", block_kernel.flags("-mavx2", "-mfma"), {"avx2", "fma"},
                              {"attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float,
                                           _p], ctypes.c_int)})
 
@@ -110,8 +109,9 @@ def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     batch, heads, queries, dim = query.shape
     query = query.contiguous()
     out = query.new_empty(batch, queries, heads, dim)
-    KERNEL.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
-                            key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr())
+    if KERNEL.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
+                               key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr()):
+        raise ValueError(f"attention_kernel.cpp takes heads of {', '.join(map(str, DIMS))} values, not {dim}")
     return out
 
 

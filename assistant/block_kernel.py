@@ -91,6 +91,8 @@ class Kernel:
 
     def library(self) -> ctypes.CDLL:
         """The compiled kernel, built into the cache on first use; raises KernelError where it cannot be."""
+        if self._library is not None:  # asked on every step (`attention`): no lock once built
+            return self._library
         with self._lock:
             if self._library is None and self._failure is None:
                 try:
@@ -107,8 +109,6 @@ class Kernel:
             return self._library
 
     def usable(self) -> bool:
-        if self._library is not None:  # asked on every step (`attention.kernel_takes`): no lock once built
-            return True
         try:
             self.library()
         except KernelError:
@@ -145,8 +145,12 @@ class Kernel:
 
 
 _p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-AVX2 = Kernel("block_kernel.cpp", ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-fPIC",
-                                   "-shared", "-std=c++20"], {"avx2", "fma", "f16c"},
+def flags(*isa: str) -> list[str]:
+    """g++'s flags for a kernel using the instruction sets `isa` (-m...): every kernel's are these."""
+    return ["-O3", *isa, "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=c++20"]
+
+
+AVX2 = Kernel("block_kernel.cpp", flags("-mavx2", "-mfma", "-mf16c"), {"avx2", "fma", "f16c"},
               {"block_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None),
                "block_dequantize": ([_p, _i64, _i64, _i32, _p], None)})
 library, usable, failure, stamp = AVX2.library, AVX2.usable, AVX2.failure, AVX2.stamp

@@ -92,8 +92,7 @@ def _granted(library: ctypes.CDLL) -> str | None:
 
 
 _p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-ffp-contract=off", "-fopenmp",
-          "-fPIC", "-shared", "-std=c++20"]
+_FLAGS = block_kernel.flags("-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16")
 _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
 _LINEAR = {"tile_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)}
 AMX = block_kernel.Kernel("tile_kernel.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},

@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 
-from assistant import tile_kernel, attention  # noqa: E402
+from assistant import attention, tile_kernel  # noqa: E402
 
 TINY_VOCAB = 64
 
