@@ -474,84 +474,144 @@ template <class L> struct Product {
 
 
 #ifndef __AMX_TILE__
-// --weights gguf-q8: x quantized to 8 bits per 32 inputs and row (a scale d, codes -127..127, as
-// llama.cpp's Q8_0), times the same groups' codes by VPDPBUSD: four codes of an output (unsigned bytes)
-// times four of x (signed) into one int32 lane. A 64-byte word of the groups holds, in output j's
-// dword, inputs (0, 2, 1, 3) of four for byte codes (two tile rows), and for nibbles inputs
-// (0, 4, 1, 5) of eight in the low nibbles and (2, 6, 3, 7) in the high: x's codes are stored in the
-// same order, so one AND (and a shift) makes an operand. Per sub-block, in float32:
-//     y += (s d) (sum of q x)  +  (s LOW + o) (d sum of x)
-// the integer sums exact whatever their order, the scaling each row's own chain: a row's result is
-// the same whatever the number of rows.
+// --weights gguf-q8: x quantized to 8 bits per row and SCALED inputs (a scale d, codes -127..127: per
+// 32 inputs as llama.cpp's Q8_0 for blocks of 32, per 256 as its Q8_K for the K-quants' blocks), times
+// the same groups' codes by VPDPBUSD: four codes of an output (unsigned bytes) times four of x (signed)
+// into one int32 lane. A 64-byte word of the groups holds, in output j's dword, inputs (0, 2, 1, 3) of
+// four for byte codes (two tile rows), and for nibbles inputs (0, 4, 1, 5) of eight in the low nibbles
+// and (2, 6, 3, 7) in the high: x's codes are stored in the same order, so one AND (and a shift) makes
+// an operand.
+// Blocks of 32, in float32 per block:   y += (s d) (sum of q x)  +  (s LOW + o) (d sum of x)
+// K-quants, in int32 per sub-block u and float32 per block of 256 (the scales sc_u are integers):
+//     Q4_K  y += (D d) (sum of sc_u (sum of q x)_u)  -  (Dmin d) (sum of m_u (sum of x)_u)
+//     Q6_K  y += (D d) (sum of sc_u ((sum of q x)_u - 32 (sum of x)_u))
+// The integer sums are exact whatever their order, the scaling each row's own chain: a row's result
+// is the same whatever the number of rows.
 template <class L>
-void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* xq, float* dx, float* xs) {
-    const int64_t chunks = k / 32, subs = k / L::SUB;
+constexpr int SCALED = L::BLOCK == 256 ? 256 : 32;  // inputs of x per scale
+
+// x's codes, its scales dx (one per SCALED inputs) and its sums per sub-block: for blocks of 32, d times
+// the sum of the codes (xs); for the K-quants the sum of the codes alone, int16 (xi: at most 32 x 127).
+template <class L>
+void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* xq, float* dx, float* xs, int16_t* xi) {
+    constexpr int Q = SCALED<L>, PIECES = Q / 16;
+    const int64_t scaled = k / Q, subs = k / L::SUB;
     // x's codes in the order the weights' bytes come, within each 8 inputs: a byte shuffle of 16.
     const __m128i order = L::NIBBLES ? _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15)
                                      : _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; r++)
-        for (int64_t c = 0; c < chunks; c++) {
-            const __m512 v[2] = {_mm512_loadu_ps(x + r * k + 32 * c), _mm512_loadu_ps(x + r * k + 32 * c + 16)};
-            const float most = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        for (int64_t c = 0; c < scaled; c++) {
+            const float* v = x + r * k + Q * c;
+            __m512 top = _mm512_setzero_ps();
+            for (int h = 0; h < PIECES; h++) top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(v + 16 * h)));
+            const float most = _mm512_reduce_max_ps(top);
             const float d = most / 127.0f, inverse = most > 0.0f ? 127.0f / most : 0.0f;
-            int sums[2];
-            for (int h = 0; h < 2; h++) {  // codes rounded to the nearest, ties to even
-                const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(inverse)));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + r * k + 32 * c + 16 * h),
+            int sums[PIECES];
+            for (int h = 0; h < PIECES; h++) {  // codes rounded to the nearest, ties to even
+                const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 16 * h), _mm512_set1_ps(inverse)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + r * k + Q * c + 16 * h),
                                  _mm_shuffle_epi8(_mm512_cvtepi32_epi8(q), order));
                 sums[h] = _mm512_reduce_add_epi32(q);
             }
-            if (L::SUB == 16)
-                for (int h = 0; h < 2; h++) xs[r * subs + 2 * c + h] = d * float(sums[h]);
-            else
-                xs[r * subs + c] = d * float(sums[0] + sums[1]);
-            dx[r * chunks + c] = d;
+            for (int u = 0; u < Q / L::SUB; u++) {
+                const int sum = L::SUB == 16 ? sums[u] : sums[2 * u] + sums[2 * u + 1];
+                if (Q == 256)
+                    xi[r * subs + c * (Q / L::SUB) + u] = int16_t(sum);
+                else
+                    xs[r * subs + c * (Q / L::SUB) + u] = d * float(sum);
+            }
+            dx[r * scaled + c] = d;
         }
+}
+
+// Sub-block u's sums of one unit's codes times R rows of x's codes: output j's int32 in lane j.
+template <class L, int R>
+inline void sub_sums(const int8_t* xq, int64_t k, const uint8_t* b, int within, int64_t u, __m512i* sums) {
+    const uint8_t* codes = sub_codes<L>(b, within);
+    const int64_t c = u * L::SUB / 32;
+    for (int r = 0; r < R; r++) sums[r] = _mm512_setzero_si512();
+    auto add = [&](__m512i w, int64_t at) {  // x's four codes at `at` of each row's chunk c
+        for (int r = 0; r < R; r++)
+            sums[r] = _mm512_dpbusd_epi32(sums[r], w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(xq + r * k + 32 * c + at)));
+    };
+    if (L::NIBBLES) {
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m512i v = _mm512_loadu_si512(codes + 64 * g);
+            add(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), 8 * g);
+            add(_mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)), 8 * g + 4);
+        }
+    } else {
+        const int first = first_row<L>(within) / 2;
+#pragma GCC unroll 8
+        for (int g = first; g < first + L::SUB / 4; g++) {
+            const __m512i v = _mm512_loadu_si512(codes + 64 * g);
+            add(L::LOW == -128 ? _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))) : v, 4 * g);
+        }
+    }
+}
+
+inline __m512i bytes_to_int32(const uint8_t* p, bool is_signed) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 
 // R rows of quantized x times one unit (16 outputs) into y (a row every n values).
 template <class L, int R>
-inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, int64_t k, const uint8_t* unit, float* y,
-                    int64_t n) {
+inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, const int16_t* xi, int64_t k,
+                    const uint8_t* unit, float* y, int64_t n) {
     constexpr int PER = L::BLOCK / L::SUB;  // sub-blocks a block
-    const int64_t subs = k / L::SUB, chunks = k / 32;
+    const int64_t subs = k / L::SUB, scaled = k / SCALED<L>;
     __m512 a[R];
+    __m512i sums[R];
     for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < subs; u++) {
-        const uint8_t* b = unit + u / PER * L::BYTES;
-        const int within = int(u % PER);
-        const uint8_t* next = unit + u * L::SUB * L::BYTES / L::BLOCK + AHEAD;
-        for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
-        __m512 s, o = _mm512_setzero_ps();
-        L::scales(b, within, s, o);
-        const __m512 so = _mm512_fmadd_ps(s, _mm512_set1_ps(float(L::LOW)), o);
-        const uint8_t* codes = sub_codes<L>(b, within);
-        const int64_t c = u * L::SUB / 32;
-        __m512i sums[R];
-        for (int r = 0; r < R; r++) sums[r] = _mm512_setzero_si512();
-        auto add = [&](__m512i w, int64_t at) {  // x's four codes at `at` of each row's chunk c
-            for (int r = 0; r < R; r++)
-                sums[r] = _mm512_dpbusd_epi32(sums[r], w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(xq + r * k + 32 * c + at)));
-        };
-        if (L::NIBBLES) {
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                const __m512i v = _mm512_loadu_si512(codes + 64 * g);
-                add(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), 8 * g);
-                add(_mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)), 8 * g + 4);
-            }
-        } else {
-            const int first = first_row<L>(within) / 2;
-#pragma GCC unroll 8
-            for (int g = first; g < first + L::SUB / 4; g++) {
-                const __m512i v = _mm512_loadu_si512(codes + 64 * g);
-                add(L::LOW == -128 ? _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))) : v, 4 * g);
+    for (int64_t block = 0; block < k / L::BLOCK; block++) {
+        const uint8_t* b = unit + block * L::BYTES;
+        __m512i whole[R];  // K-quants: the block's sum of sc_u (sum of q x)_u
+        for (int r = 0; r < R; r++) whole[r] = _mm512_setzero_si512();
+        for (int within = 0; within < PER; within++) {
+            const int64_t u = block * PER + within;
+            const uint8_t* next = unit + u * L::SUB * L::BYTES / L::BLOCK + AHEAD;
+            for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+            sub_sums<L, R>(xq, k, b, within, u, sums);
+            if constexpr (L::BLOCK == 256) {
+                const __m512i sc = bytes_to_int32(b + (L::OFFSET ? 64 : 32) + 16 * within, !L::OFFSET);
+                for (int r = 0; r < R; r++) whole[r] = _mm512_add_epi32(whole[r], _mm512_mullo_epi32(sums[r], sc));
+            } else {
+                __m512 s, o = _mm512_setzero_ps();
+                L::scales(b, within, s, o);
+                const __m512 so = _mm512_fmadd_ps(s, _mm512_set1_ps(float(L::LOW)), o);
+                for (int r = 0; r < R; r++) {
+                    a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r]), _mm512_mul_ps(s, _mm512_set1_ps(dx[r * scaled + u])), a[r]);
+                    a[r] = _mm512_fmadd_ps(so, _mm512_set1_ps(xs[r * subs + u]), a[r]);
+                }
             }
         }
-        for (int r = 0; r < R; r++) {
-            a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r]), _mm512_mul_ps(s, _mm512_set1_ps(dx[r * chunks + c])), a[r]);
-            a[r] = _mm512_fmadd_ps(so, _mm512_set1_ps(xs[r * subs + u]), a[r]);
+        if constexpr (L::BLOCK == 256) {
+            // the sum over sub-blocks of a per-sub-block byte field (Q4_K's minima m_u, Q6_K's sc_u) times
+            // x's sums, by VPDPWSSD over pairs of sub-blocks: int16 pairs of the field, of x's sums
+            __m512i pairs[PER / 2];
+            const uint8_t* field = b + (L::OFFSET ? 192 : 32);
+            for (int i = 0; i < PER / 2; i++)
+                pairs[i] = _mm512_or_si512(_mm512_and_si512(bytes_to_int32(field + 32 * i, !L::OFFSET), _mm512_set1_epi32(0xFFFF)),
+                                           _mm512_slli_epi32(bytes_to_int32(field + 32 * i + 16, !L::OFFSET), 16));
+            const __m512 d = halves(b);
+            for (int r = 0; r < R; r++) {
+                __m512i other = _mm512_setzero_si512();
+                const int16_t* sums_x = xi + r * subs + block * PER;
+                for (int i = 0; i < PER / 2; i++)
+                    other = _mm512_dpwssd_epi32(other, pairs[i], _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(sums_x + 2 * i)));
+                const __m512 scale = _mm512_set1_ps(dx[r * scaled + block]);
+                if constexpr (L::OFFSET) {  // Q4_K: d sc q - dmin m
+                    a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[r]), _mm512_mul_ps(d, scale), a[r]);
+                    a[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(other), _mm512_mul_ps(halves(b + 32), scale), a[r]);
+                } else {  // Q6_K: d sc (q - 32)
+                    static_assert(L::LOW == -32);
+                    whole[r] = _mm512_sub_epi32(whole[r], _mm512_slli_epi32(other, 5));
+                    a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[r]), _mm512_mul_ps(d, scale), a[r]);
+                }
+            }
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(y + r * n, a[r]);
@@ -559,19 +619,21 @@ inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, int64_t 
 
 template <class L>
 void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
-    const int64_t chunks = k / 32, subs = k / L::SUB, unit_bytes = k / L::BLOCK * L::BYTES;
-    int8_t* xq = static_cast<int8_t*>(aligned_alloc(64, (m * k + 63) / 64 * 64));
-    float* dx = static_cast<float*>(aligned_alloc(64, (m * chunks * 4 + 63) / 64 * 64));
-    float* xs = static_cast<float*>(aligned_alloc(64, (m * subs * 4 + 63) / 64 * 64));
+    const int64_t scaled = k / SCALED<L>, subs = k / L::SUB, unit_bytes = k / L::BLOCK * L::BYTES;
+    auto buffer = [](int64_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); };
+    int8_t* xq = static_cast<int8_t*>(buffer(m * k));
+    float* dx = static_cast<float*>(buffer(m * scaled * 4));
+    float* xs = static_cast<float*>(buffer(m * subs * 4));
+    int16_t* xi = static_cast<int16_t*>(buffer(m * subs * 2));
 #pragma omp parallel
     {
-        quantize_rows<L>(x, m, k, xq, dx, xs);  // ends with a barrier
+        quantize_rows<L>(x, m, k, xq, dx, xs, xi);  // ends with a barrier
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < n / 16; j++) {
             const uint8_t* unit = units + j * unit_bytes;
             int64_t r = 0;
             auto rows = [&]<int R>() {
-                q8_rows<L, R>(xq + r * k, dx + r * chunks, xs + r * subs, k, unit, y + r * n + 16 * j, n);
+                q8_rows<L, R>(xq + r * k, dx + r * scaled, xs + r * subs, xi + r * subs, k, unit, y + r * n + 16 * j, n);
                 r += R;
             };
             while (r + 8 <= m) rows.template operator()<8>();
@@ -583,6 +645,7 @@ void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int6
     free(xq);
     free(dx);
     free(xs);
+    free(xi);
 }
 
 template <class L> struct Q8Product {

@@ -293,7 +293,7 @@ class TileLinear(GgufLinear):
 
 
 class Q8Linear(GgufLinear):
-    """The same groups through VPDPBUSD (`q8_kernel`): activations quantized to 8 bits per 32 inputs."""
+    """The same groups through VPDPBUSD (`q8_kernel`): activations quantized to 8 bits per 32 inputs (256 for K-quants)."""
 
     KERNEL = q8_kernel
 

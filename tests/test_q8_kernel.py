@@ -1,5 +1,5 @@
 """`--weights gguf-q8`: the GGUF's own blocks (`tile_kernel`'s groups) times activations quantized to 8
-bits per row and 32 inputs, on AVX512-VNNI: a row's result is the exact product of its quantized x with
+bits per row and 32 inputs (256 for the K-quants), on AVX512-VNNI: a row's result is the exact product of its quantized x with
 the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from conftest import SCALES, carried_smollm2_logits, tile_groups
 pytestmark = pytest.mark.skipif(not q8_kernel.usable(), reason=f"no gguf-q8 kernel here: {q8_kernel.failure()}")
 
 
-def quantized(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernel rounds it: per row and 32 inputs, a scale of the largest |x| / 127 and codes
-    rounded to the nearest (ties to even)."""
-    blocks = x.reshape(x.shape[0], -1, 32)
+def quantized(x: torch.Tensor, inputs: int) -> torch.Tensor:
+    """x as the kernel rounds it: per row and `inputs` inputs, a scale of the largest |x| / 127 and
+    codes rounded to the nearest (ties to even)."""
+    blocks = x.reshape(x.shape[0], -1, inputs)
     scale = blocks.abs().amax(-1, keepdim=True) / 127
     codes = torch.where(scale > 0, torch.round(blocks / torch.where(scale > 0, scale, 1)), 0)
     return (codes * scale).reshape(x.shape)
@@ -35,7 +35,7 @@ def test_a_row_is_its_quantized_x_times_the_exact_weights_whatever_the_batch(nam
                   if not torch.equal(q8_kernel.linear(library, x[start:start + m], groups, kind.value, 512),
                                      batch[start:start + m])]
     assert mismatched == []
-    exact = quantized(x).double() @ reference.double().T
+    exact = quantized(x, 256 if name.endswith("_K") else 32).double() @ reference.double().T
     assert (batch.double() - exact).abs().max() <= 1e-6 * exact.abs().max()
 
 
