@@ -38,39 +38,45 @@ inline __m512 bytes_s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtep
 // A unit: 16 outputs' blocks over the same inputs. Per block: the fields, each a value per output
 // (float16 scales, 6-bit or 8-bit sub-block scales as bytes), then each 32-input chunk's codes for the
 // 16 rows of a weight tile, row r's word 2j + p output j's input 2r + p, packed four rows (nibbles) or
-// two rows (bytes) to a word (`code_words`); Q6_K's codes are nibbles and, after them, their two high
-// bits, eight rows to a word. Per kind: inputs per block and per scale (SUB), bytes of fields and of a
-// block, whether codes are nibbles (and have high bits), whether weights have an offset, and the value
-// of code 0.
+// two rows (bytes) to a word (`code_words`); Q5's and Q6_K's codes are nibbles and, after them, their
+// one or two high bits (HIGH), 16 or 8 rows to a word. Per kind: inputs per block and per scale (SUB),
+// bytes of fields and of a block, whether codes are nibbles (and their high bits), whether weights have
+// an offset, and the value of code 0.
 template <int K> struct Units;
 template <> struct Units<Q4_0> {
     static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 288, LOW = -8;
-    static constexpr bool NIBBLES = true, HIGH = false, OFFSET = false;
+    static constexpr bool NIBBLES = true, OFFSET = false;
+    static constexpr int HIGH = 0;
     static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
 };
 template <> struct Units<Q4_1> {
     static constexpr int BLOCK = 32, SUB = 32, FIELDS = 64, BYTES = 320, LOW = 0;
-    static constexpr bool NIBBLES = true, HIGH = false, OFFSET = true;
+    static constexpr bool NIBBLES = true, OFFSET = true;
+    static constexpr int HIGH = 0;
     static void scales(const uint8_t* b, int, __m512& s, __m512& o) { s = halves(b), o = halves(b + 32); }
 };
 template <> struct Units<Q5_0> {
-    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 544, LOW = -16;
-    static constexpr bool NIBBLES = false, HIGH = false, OFFSET = false;
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 352, LOW = -16;
+    static constexpr bool NIBBLES = true, OFFSET = false;
+    static constexpr int HIGH = 1;
     static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
 };
 template <> struct Units<Q5_1> {
-    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 64, BYTES = 576, LOW = 0;
-    static constexpr bool NIBBLES = false, HIGH = false, OFFSET = true;
+    static constexpr int BLOCK = 32, SUB = 32, FIELDS = 64, BYTES = 384, LOW = 0;
+    static constexpr bool NIBBLES = true, OFFSET = true;
+    static constexpr int HIGH = 1;
     static void scales(const uint8_t* b, int, __m512& s, __m512& o) { s = halves(b), o = halves(b + 32); }
 };
 template <> struct Units<Q8_0> {  // codes are signed bytes: converted through float32
     static constexpr int BLOCK = 32, SUB = 32, FIELDS = 32, BYTES = 544, LOW = -128;
-    static constexpr bool NIBBLES = false, HIGH = false, OFFSET = false;
+    static constexpr bool NIBBLES = false, OFFSET = false;
+    static constexpr int HIGH = 0;
     static void scales(const uint8_t* b, int, __m512& s, __m512&) { s = halves(b); }
 };
 template <> struct Units<Q4_K> {  // d, dmin, then 8 sub-blocks' scales and 8 minima: d sc q - dmin m
     static constexpr int BLOCK = 256, SUB = 32, FIELDS = 320, BYTES = 2368, LOW = 0;
-    static constexpr bool NIBBLES = true, HIGH = false, OFFSET = true;
+    static constexpr bool NIBBLES = true, OFFSET = true;
+    static constexpr int HIGH = 0;
     static void scales(const uint8_t* b, int u, __m512& s, __m512& o) {
         s = _mm512_mul_ps(halves(b), bytes_u(b + 64 + 16 * u));
         o = _mm512_xor_ps(_mm512_mul_ps(halves(b + 32), bytes_u(b + 192 + 16 * u)), _mm512_set1_ps(-0.0f));
@@ -78,7 +84,8 @@ template <> struct Units<Q4_K> {  // d, dmin, then 8 sub-blocks' scales and 8 mi
 };
 template <> struct Units<Q6_K> {  // d, then 16 sub-blocks' signed scales: d sc (q - 32)
     static constexpr int BLOCK = 256, SUB = 16, FIELDS = 288, BYTES = 3360, LOW = -32;
-    static constexpr bool NIBBLES = true, HIGH = true, OFFSET = false;
+    static constexpr bool NIBBLES = true, OFFSET = false;
+    static constexpr int HIGH = 2;
     static void scales(const uint8_t* b, int u, __m512& s, __m512&) { s = _mm512_mul_ps(halves(b), bytes_s(b + 32 + 16 * u)); }
 };
 
@@ -120,27 +127,30 @@ inline __m512i pairs() {
     return _mm512_load_si512(at);
 }
 
-// Bytes of a 32-input chunk's codes: nibbles, nibbles and high bits (Q6_K), bytes.
+// Bytes of a 32-input chunk's codes: nibbles (and a word per high bit), or bytes.
 template <class L>
-constexpr int CHUNK = L::NIBBLES ? (L::HIGH ? 384 : 256) : 512;
+constexpr int CHUNK = L::NIBBLES ? 256 + 64 * L::HIGH : 512;
 
-// Where tile row r's two high bits lie in the 16-bit words of its chunk's high-bit word r / 8: the
-// high bits of the rows whose nibbles share a byte of words g and g + 1 (g even) share that byte, so
-// that one shift and a mask put them beside either nibble of the byte (`sub_sums`).
-constexpr int high_bits_at(int r) { return 8 * (r % 4 / 2) + 2 * (2 * (r / 4 % 2) + r % 2); }
+// Where tile row r's high bits lie in the 16-bit words of its chunk's high-bit word r * HIGH / 16: the
+// high bits of the rows whose nibbles share a byte of the nibble words share that byte, in fields of
+// HIGH bits (field 2g + n for the low (n = 0) or high nibble of word g, g counted from the high-bit
+// word's first), so that one shift and a mask put them beside either nibble of the byte (`sub_sums`).
+template <class L>
+constexpr int high_bits_at(int r) { return 8 * (r % 4 / 2) + L::HIGH * (2 * (r / 4 % (4 / L::HIGH)) + r % 2); }
 
 // Words 2j + p of tile row r of a 32-input chunk: output j's code for input 2r + p, unsigned (Q8_0's
 // signed). `repack` puts four rows' nibbles in a word (row 4g + t at bits 4t of the 64 bytes g) or
 // two rows' bytes (row 2g + t at bits 8t), so that a row comes out of its 64 bytes with a shift and
-// a mask: no shuffle. Q6_K's high bits follow its nibbles (`high_bits_at`).
+// a mask: no shuffle. Q5's and Q6_K's high bits follow their nibbles (`high_bits_at`).
 template <class L>
 inline __m512i code_words(const uint8_t* codes, int r) {
     const __m512i v = _mm512_loadu_si512(codes + 64 * (L::NIBBLES ? r / 4 : r / 2));
     if (L::NIBBLES) {
         const __m512i q = _mm512_and_si512(_mm512_srli_epi16(v, 4 * (r % 4)), _mm512_set1_epi16(0x000F));
-        if (!L::HIGH) return q;
-        const __m512i h = _mm512_loadu_si512(codes + 256 + 64 * (r / 8));
-        return _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, high_bits_at(r)), _mm512_set1_epi16(3)), 4));
+        if constexpr (L::HIGH == 0) return q;
+        const __m512i h = _mm512_loadu_si512(codes + 256 + 64 * (r * L::HIGH / 16));
+        const __m512i bits = _mm512_and_si512(_mm512_srli_epi16(h, high_bits_at<L>(r)), _mm512_set1_epi16((1 << L::HIGH) - 1));
+        return _mm512_or_si512(q, _mm512_slli_epi16(bits, 4));
     }
     if (L::LOW == -128) return r % 2 ? _mm512_srai_epi16(v, 8) : _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
     return r % 2 ? _mm512_srli_epi16(v, 8) : _mm512_and_si512(v, _mm512_set1_epi16(0x00FF));
@@ -558,10 +568,13 @@ inline void sub_sums(const int8_t* xq, int64_t k, const uint8_t* b, int within, 
             const __m512i v = _mm512_loadu_si512(codes + 64 * g);
             __m512i low = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
             __m512i high = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
-            if (L::HIGH) {  // bits 4g' of a byte of the high-bit word beside the low nibbles, 4g' + 2 the high (g' = g % 2)
-                const __m512i h = _mm512_loadu_si512(codes + 256 + 64 * (g / 2)), two = _mm512_set1_epi8(0x30);
-                low = _mm512_ternarylogic_epi32(low, g % 2 ? h : _mm512_slli_epi16(h, 4), two, 0xF8);  // a | (b & c)
-                high = _mm512_ternarylogic_epi32(high, g % 2 ? _mm512_srli_epi16(h, 2) : _mm512_slli_epi16(h, 2), two, 0xF8);
+            if constexpr (L::HIGH > 0) {  // the high bits' fields 2g' and 2g' + 1 of each byte to bit 4 (g' = g % (4 / HIGH))
+                const __m512i h = _mm512_loadu_si512(codes + 256 + 64 * (g * L::HIGH / 4));
+                const __m512i mask = _mm512_set1_epi8(char(((1 << L::HIGH) - 1) << 4));
+                auto to_four = [&](int from) { return from < 4 ? _mm512_slli_epi16(h, 4 - from) : _mm512_srli_epi16(h, from - 4); };
+                const int field = L::HIGH * 2 * (g % (4 / L::HIGH));
+                low = _mm512_ternarylogic_epi32(low, to_four(field), mask, 0xF8);  // a | (b & c)
+                high = _mm512_ternarylogic_epi32(high, to_four(field + L::HIGH), mask, 0xF8);
             }
             add(low, 8 * g);
             add(high, 8 * g + 4);

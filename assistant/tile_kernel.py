@@ -37,11 +37,13 @@ the run that measures it against llama.cpp).
 
 `repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
 each 32-input chunk's codes for the rows of a weight tile (two inputs of 16 outputs a row), nibbles
-for 4-bit codes and bytes for Q5's 5 bits and Q8_0's 8; Q6_K's 6 bits as nibbles and, beside them,
-their two high bits, eight rows to a word (as in the GGUF: 210 bytes a block and output). The 1.5B's
-layers and head (Q4_K and Q6_K): 950 MB (1,053 with Q6_K's codes in bytes, which a step read in 3.9
-ms more, 39.8 against 35.9 ms at best after 1,500 tokens on the Zen 4 EPYC, 46.4 against 43.2 at the
-median of 10 taking turns in one process; a verification 129.6 against 128.9, and the same bits).
+for 4-bit codes and bytes for Q8_0's 8; Q5's 5 bits and Q6_K's 6 as nibbles and, beside them, their
+one or two high bits, 16 or 8 rows to a word (the GGUF's bytes: 22 a Q5_0 block, 210 a Q6_K block).
+The 1.5B's layers and head (Q4_K and Q6_K): 950 MB (1,053 with Q6_K's codes in bytes, which a step
+read in 3.9 ms more, 39.8 against 35.9 ms at best after 1,500 tokens on the Zen 4 EPYC, 46.4 against
+43.2 at the median of 10 taking turns in one process; a verification 129.6 against 128.9, and the same bits).
+The 0.5B's Q5_0 layers: 165 MB instead of 255 in bytes; a step 20.8 against 24.3 ms, a verification
+56.6 against 60.4 (medians of 10, the same way), the same bits.
 
 Exactness: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
 of rows and whichever path computes it (up to 32 rows each sub-block's tiles are made as they are
@@ -86,9 +88,10 @@ KINDS = block_kernel.KINDS  # the GGML block types it takes: all the block kerne
 OUTPUTS = 16  # outputs a group holds: one weight tile wide
 ROWS = 64  # up to this many rows (more than any verification) the product is exact; more, a prefill's
 MULTIPLE = 16  # a layer's outputs must be a multiple of a group's
-GROUP_BYTES = {2: 288, 3: 320, 6: 544, 7: 576, 8: 544, 12: 2368, 14: 3360}  # per 16 outputs' blocks
-NIBBLES = (2, 3, 12, 14)  # the block types whose codes are 4 bits (Q6_K's: and 2 more beside them)
-LAYOUT = 3  # of `repack`'s groups: packed files of another are rebuilt (1: a row's codes side by side; 2: Q6_K's in bytes)
+GROUP_BYTES = {2: 288, 3: 320, 6: 352, 7: 384, 8: 544, 12: 2368, 14: 3360}  # per 16 outputs' blocks
+NIBBLES = (2, 3, 6, 7, 12, 14)  # the block types whose codes are stored as nibbles
+HIGH = {6: 1, 7: 1, 14: 2}  # and the bits of a code stored beside its nibble (Q5's fifth, Q6_K's fifth and sixth)
+LAYOUT = 3  # of `repack`'s groups: packed files of another are rebuilt (1: a row's codes side by side; 2: Q5's and Q6_K's in bytes)
 
 
 def _granted(library: ctypes.CDLL) -> str | None:
@@ -134,8 +137,8 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     as bytes), then per 32-input chunk the 16 rows of a weight tile, row r's word 2j + p holding output
     j's code for input 2r + p: four rows' nibbles to a word (row 4g + t at bits 4t of word 2j + p of
     the chunk's g-th 64 bytes) or two rows' bytes (row 2g + t at bits 8t). Codes are unsigned (Q6_K's
-    q, Q5's with their fifth bit), Q8_0's signed. Q6_K's codes are nibbles followed by two words of
-    their high two bits, row r's at `high_bits_at` (tile_kernel.cpp) of word r // 8."""
+    q, Q5's with their fifth bit), Q8_0's signed. Q5's and Q6_K's codes are nibbles followed by a word
+    per high bit (`HIGH`), row r's at `high_bits_at` (tile_kernel.cpp)."""
     out, per = blocks.shape[0], block_kernel.KINDS[kind][0]
     raw = blocks.numpy().reshape(out, -1, block_kernel.KINDS[kind][1])
     fields, codes = block_kernel.block_fields(kind, raw)
@@ -152,16 +155,17 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
         return c.reshape(groups, 16, count, per // 32, 16, 2).transpose(0, 2, 3, 4, 1, 5).astype(np.uint16)
 
     each, bits = (4, 4) if kind in NIBBLES else (2, 8)  # rows a word holds, bits of a code
-    rows = tile_rows(codes & 0x0F if kind == 14 else codes)
+    rows = tile_rows(codes & 0x0F if kind in HIGH else codes)
     words = np.zeros(rows.shape[:3] + (16 // each,) + rows.shape[4:], np.uint16)  # group, block, chunk, g, j, p
     for r in range(16):  # row each g + t at bits t x bits of word 2j + p
         words[:, :, :, r // each] |= rows[:, :, :, r] << np.uint16(bits * (r % each))
-    if kind == 14:
-        high = tile_rows(codes >> 4)
-        at = [8 * (r % 4 // 2) + 2 * (2 * (r // 4 % 2) + r % 2) for r in range(16)]  # high_bits_at
-        words = np.concatenate([words, np.zeros(words.shape[:3] + (2,) + words.shape[4:], np.uint16)], axis=3)
+    if kind in HIGH:  # then words of the high bits, row r's at high_bits_at (tile_kernel.cpp) of word r x HIGH // 16
+        per_code, high = HIGH[kind], tile_rows(codes >> 4)
+        added = np.zeros(words.shape[:3] + (per_code,) + words.shape[4:], np.uint16)
         for r in range(16):
-            words[:, :, :, 4 + r // 8] |= high[:, :, :, r] << np.uint16(at[r])
+            at = 8 * (r % 4 // 2) + per_code * (2 * (r // 4 % (4 // per_code)) + r % 2)
+            added[:, :, :, r * per_code // 16] |= high[:, :, :, r] << np.uint16(at)
+        words = np.concatenate([words, added], axis=3)
     parts.append(np.ascontiguousarray(words.astype("<u2")).view(np.uint8).reshape(groups, count, -1))
     return torch.from_numpy(np.concatenate(parts, axis=-1).reshape(groups, -1))
 
