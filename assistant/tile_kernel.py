@@ -41,7 +41,8 @@ for 4-bit codes and bytes for Q8_0's 8; Q5's 5 bits and Q6_K's 6 as nibbles and,
 one or two high bits, 16 or 8 rows to a word (the GGUF's bytes: 22 a Q5_0 block, 210 a Q6_K block).
 The 1.5B's layers and head (Q4_K and Q6_K): 950 MB (1,053 with Q6_K's codes in bytes, which a step
 read in 3.9 ms more, 39.8 against 35.9 ms at best after 1,500 tokens on the Zen 4 EPYC, 46.4 against
-43.2 at the median of 10 taking turns in one process; a verification 129.6 against 128.9, and the same bits).
+43.2 at the median of 10 taking turns in one process; a verification 129.6 against 128.9, and the
+same bits).
 The 0.5B's Q5_0 layers: 165 MB instead of 255 in bytes; a step 20.8 against 24.3 ms, a verification
 56.6 against 60.4 (medians of 10, the same way), the same bits.
 
