@@ -32,8 +32,12 @@ namespace {
 enum Kind { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 
 inline __m512 halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline __m512 bytes_u(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
-inline __m512 bytes_s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+inline __m512i bytes_to_int32(const uint8_t* p, bool is_signed) {  // 16 bytes, one an int32 lane
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+inline __m512 bytes_u(const uint8_t* p) { return _mm512_cvtepi32_ps(bytes_to_int32(p, false)); }
+inline __m512 bytes_s(const uint8_t* p) { return _mm512_cvtepi32_ps(bytes_to_int32(p, true)); }
 
 // A unit: 16 outputs' blocks over the same inputs. Per block: the fields, each a value per output
 // (float16 scales, 6-bit or 8-bit sub-block scales as bytes), then each 32-input chunk's codes for the
@@ -587,11 +591,6 @@ inline void sub_sums(const int8_t* xq, int64_t k, const uint8_t* b, int within, 
             add(L::LOW == -128 ? _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))) : v, 4 * g);
         }
     }
-}
-
-inline __m512i bytes_to_int32(const uint8_t* p, bool is_signed) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 
 // R rows of quantized x times one unit (16 outputs) into y (a row every n values).
