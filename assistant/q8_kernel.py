@@ -29,22 +29,14 @@ Built into `tile_kernel`'s AVX512 library, on CPUs with AVX512-VNNI and AVX512-B
 
 from __future__ import annotations
 
-import ctypes
+import functools
 
-import torch
+from .tile_kernel import AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, entry, holds, linears, repack
+from .tile_kernel import linear as tile_kernel_linear
 
-from .tile_kernel import AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, holds, repack
-
-__all__ = ["GROUP_BYTES", "KINDS", "LAYOUT", "MULTIPLE", "OUTPUTS", "check", "dequantize", "holds", "linear", "repack",
-           "library", "usable", "failure", "stamp"]
+__all__ = ["GROUP_BYTES", "KINDS", "LAYOUT", "MULTIPLE", "OUTPUTS", "check", "dequantize", "entry", "holds", "linear",
+           "linears", "repack", "library", "usable", "failure", "stamp", "FUNCTION"]
 library, usable, failure, stamp = AVX512.library, AVX512.usable, AVX512.failure, AVX512.stamp
+FUNCTION = "q8_linears"  # tile_kernel.linears's function here: x quantized to 8 bits per row and 32 inputs (256 for K-quants)
 
-
-def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, in_features: int) -> torch.Tensor:
-    """x [m, in] float32, quantized to 8 bits per row and 32 inputs (256 for K-quants), times the
-    weights that `repack`'s groups of GGML type `kind` hold, transposed: [m, out] float32. The groups
-    must pass `check`."""
-    x = x.contiguous()
-    y = torch.empty(x.shape[0], groups.shape[0] * OUTPUTS)
-    lib.q8_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
-    return y
+linear = functools.partial(tile_kernel_linear, function=FUNCTION)

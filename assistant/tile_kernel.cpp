@@ -476,32 +476,38 @@ void exact(const uint16_t* xb, const float* xsums, int64_t m, int64_t k, const u
     free(scales);
 }
 
-template <class L>
-void product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
-    const int64_t subs = k / L::SUB;
-    uint16_t* xb = static_cast<uint16_t*>(aligned_alloc(64, (m * k * 2 + 63) / 64 * 64));
-    float* xsums = static_cast<float*>(aligned_alloc(64, (m * subs * 4 + 63) / 64 * 64));
-#pragma omp parallel
-    {
-        round_rows<L>(x, m, k, xb, xsums);  // ends with a barrier
-        if (m > ROWS)
-            dense<L>(xb, m, k, units, n, y);
-        else
-            exact<L>(xb, xsums, m, k, units, n, y);
-#ifdef __AMX_TILE__
-        _tile_release();
-#endif
-    }
-    free(xb);
-    free(xsums);
-}
-
-template <class L> struct Product {
-    static void run(const float* x, int64_t m, int64_t k, const uint8_t* u, int64_t n, float* y) {
-        product<L>(x, m, k, u, n, y);
+// x's forms for any kind over k inputs (sub-blocks of 16 inputs at least), shared by a call's products:
+// rounded to bfloat16 (xb, xsums) or quantized to 8 bits (xq, dx, xs, xi).
+struct Scratch {
+    uint16_t* xb;
+    float* xsums;
+    int8_t* xq;
+    float* dx;
+    float* xs;
+    int16_t* xi;
+    static void* buffer(int64_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+    Scratch(int64_t m, int64_t k)
+        : xb(static_cast<uint16_t*>(buffer(m * k * 2))), xsums(static_cast<float*>(buffer(m * k / 16 * 4))),
+          xq(static_cast<int8_t*>(buffer(m * k))), dx(static_cast<float*>(buffer(m * k / 32 * 4))),
+          xs(static_cast<float*>(buffer(m * k / 16 * 4))), xi(static_cast<int16_t*>(buffer(m * k / 16 * 2))) {}
+    Scratch(const Scratch&) = delete;
+    ~Scratch() {
+        for (void* p : {static_cast<void*>(xb), static_cast<void*>(xsums), static_cast<void*>(xq), static_cast<void*>(dx),
+                        static_cast<void*>(xs), static_cast<void*>(xi)})
+            free(p);
     }
 };
 
+// Called by every thread of a parallel region; ends with a barrier.
+template <class L> struct Product {
+    static void run(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y, const Scratch* t) {
+        round_rows<L>(x, m, k, t->xb, t->xsums);  // ends with a barrier
+        if (m > ROWS)
+            dense<L>(t->xb, m, k, units, n, y);
+        else
+            exact<L>(t->xb, t->xsums, m, k, units, n, y);
+    }
+};
 
 #ifndef __AMX_TILE__
 // --weights gguf-q8: x quantized to 8 bits per row and SCALED inputs (a scale d, codes -127..127: per
@@ -653,23 +659,17 @@ inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, const in
     for (int r = 0; r < R; r++) _mm512_storeu_ps(y + r * n, a[r]);
 }
 
-template <class L>
-void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y) {
-    const int64_t scaled = k / SCALED<L>, subs = k / L::SUB, unit_bytes = k / L::BLOCK * L::BYTES;
-    auto buffer = [](int64_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); };
-    int8_t* xq = static_cast<int8_t*>(buffer(m * k));
-    float* dx = static_cast<float*>(buffer(m * scaled * 4));
-    float* xs = static_cast<float*>(buffer(m * subs * 4));
-    int16_t* xi = static_cast<int16_t*>(buffer(m * subs * 2));
-#pragma omp parallel
-    {
-        quantize_rows<L>(x, m, k, xq, dx, xs, xi);  // ends with a barrier
+// Called by every thread of a parallel region; ends with a barrier.
+template <class L> struct Q8Product {
+    static void run(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, float* y, const Scratch* t) {
+        const int64_t scaled = k / SCALED<L>, subs = k / L::SUB, unit_bytes = k / L::BLOCK * L::BYTES;
+        quantize_rows<L>(x, m, k, t->xq, t->dx, t->xs, t->xi);  // ends with a barrier
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < n / 16; j++) {
             const uint8_t* unit = units + j * unit_bytes;
             int64_t r = 0;
             auto rows = [&]<int R>() {
-                q8_rows<L, R>(xq + r * k, dx + r * scaled, xs + r * subs, xi + r * subs, k, unit, y + r * n + 16 * j, n);
+                q8_rows<L, R>(t->xq + r * k, t->dx + r * scaled, t->xs + r * subs, t->xi + r * subs, k, unit, y + r * n + 16 * j, n);
                 r += R;
             };
             while (r + 8 <= m) rows.template operator()<8>();
@@ -677,16 +677,6 @@ void q8_product(const float* x, int64_t m, int64_t k, const uint8_t* units, int6
             if (r + 2 <= m) rows.template operator()<2>();
             if (r < m) rows.template operator()<1>();
         }
-    }
-    free(xq);
-    free(dx);
-    free(xs);
-    free(xi);
-}
-
-template <class L> struct Q8Product {
-    static void run(const float* x, int64_t m, int64_t k, const uint8_t* u, int64_t n, float* y) {
-        q8_product<L>(x, m, k, u, n, y);
     }
 };
 #endif
@@ -704,6 +694,31 @@ void by_kind(int kind, A... a) {
     }
 }
 
+// Products of x by several matrices in one parallel region (a layer's q, k and v; its gate and up): per
+// matrix the table holds its units, outputs n, kind and bias (0 for none: else y + bias, in float32 as
+// torch adds it), and its y [m, n] follows the matrix before's in y.
+template <template <class> class F>
+void linears(const float* x, int64_t m, int64_t k, int64_t count, const int64_t* table, float* y) {
+    const Scratch t(m, k);
+#pragma omp parallel
+    {
+        float* out = y;
+        for (const int64_t* e = table; e < table + 4 * count; e += 4) {
+            const int64_t n = e[1];
+            by_kind<F>(int(e[2]), x, m, k, reinterpret_cast<const uint8_t*>(e[0]), n, out, &t);  // ends with a barrier
+            if (const float* bias = reinterpret_cast<const float*>(e[3]))
+#pragma omp for schedule(static) nowait
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t j = 0; j < n; j += 16)
+                        _mm512_storeu_ps(out + r * n + j, _mm512_add_ps(_mm512_loadu_ps(out + r * n + j), _mm512_loadu_ps(bias + j)));
+            out += m * n;
+        }
+#ifdef __AMX_TILE__
+        _tile_release();
+#endif
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -716,16 +731,16 @@ int amx_request() {
 }
 #endif
 
-// x [m, k] float32, units of `kind` for n outputs (n a multiple of 16; see tile_kernel.repack), y [m, n]
-// float32.
-void tile_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
-    by_kind<Product>(kind, x, m, k, units, n, y);
+// x [m, k] float32 times `count` matrices, each [units, n (a multiple of 16), kind, bias] in `table`
+// (units: see tile_kernel.repack; bias: n float32, or 0), into y: matrix s's [m, n_s] after the others'.
+void tile_linears(const float* x, int64_t m, int64_t k, int64_t count, const int64_t* table, float* y) {
+    linears<Product>(x, m, k, count, table, y);
 }
 
 #ifndef __AMX_TILE__
-// The same, x quantized to 8 bits per 32 inputs (--weights gguf-q8).
-void q8_linear(const float* x, int64_t m, int64_t k, const uint8_t* units, int64_t n, int kind, float* y) {
-    by_kind<Q8Product>(kind, x, m, k, units, n, y);
+// The same, x quantized to 8 bits per 32 or 256 inputs (--weights gguf-q8).
+void q8_linears(const float* x, int64_t m, int64_t k, int64_t count, const int64_t* table, float* y) {
+    linears<Q8Product>(x, m, k, count, table, y);
 }
 #endif
 }

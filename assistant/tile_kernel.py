@@ -102,12 +102,12 @@ def _granted(library: ctypes.CDLL) -> str | None:
 _p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _FLAGS = block_kernel.flags("-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16")
 _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
-_LINEAR = {"tile_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)}
+_LINEAR = {"tile_linears": ([_p, _i64, _i64, _i64, _p, _p], None)}
 AMX = block_kernel.Kernel("tile_kernel.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
                           {"amx_request": ([], _i32)} | _LINEAR, _granted)
 # The same source without tiles: VDPBF16PS, and VPDPBUSD for `q8_kernel` (every CPU with AVX512-BF16 has VNNI).
 AVX512 = block_kernel.Kernel("tile_kernel.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
-                             _LINEAR | {"q8_linear": ([_p, _i64, _i64, _p, _i64, _i32, _p], None)})
+                             _LINEAR | {"q8_linears": ([_p, _i64, _i64, _i64, _p, _p], None)})
 
 
 def kernel() -> block_kernel.Kernel:
@@ -185,15 +185,31 @@ def check(groups: torch.Tensor, kind: int, in_features: int) -> None:
         raise ValueError(f"groups of type {kind} [{', '.join(map(str, groups.shape))}] do not hold {in_features} inputs")
 
 
-def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, in_features: int) -> torch.Tensor:
-    """x [m, in] float32 times the weights that `repack`'s groups of GGML type `kind` hold, transposed:
-    [m, out] float32. Up to `ROWS` rows x is rounded to bfloat16 and the weights are exact; more (a
-    prefill), both are rounded to bfloat16. The groups must pass `check` (done once per layer, off the
-    decoding loop)."""
-    x = x.contiguous()
-    y = torch.empty(x.shape[0], groups.shape[0] * OUTPUTS)
-    lib.tile_linear(x.data_ptr(), x.shape[0], in_features, groups.data_ptr(), y.shape[1], kind, y.data_ptr())
+FUNCTION = "tile_linears"  # the library's product of x by several matrices
+
+
+def entry(groups: torch.Tensor, kind: int, bias: torch.Tensor | None) -> list[int]:
+    """A matrix's row of the table that `linears` takes: its groups (passed by `check`, done once per layer,
+    off the decoding loop), outputs, GGML type and bias (float32, contiguous) or 0."""
+    return [groups.data_ptr(), groups.shape[0] * OUTPUTS, kind, 0 if bias is None else bias.data_ptr()]
+
+
+def linears(function, x: torch.Tensor, table: torch.Tensor, outputs: int) -> torch.Tensor:
+    """x [m, in] float32, contiguous, times each matrix of `table` ([count, 4] int64, rows of `entry`)
+    transposed, plus its bias, in one call of `function` (a library's FUNCTION): [m x outputs] float32,
+    each matrix's [m, out] after the one before's. Up to `ROWS` rows x is rounded to bfloat16 and the
+    weights are exact; more (a prefill), both are rounded to bfloat16."""
+    y = torch.empty(x.shape[0] * outputs)
+    function(x.data_ptr(), x.shape[0], x.shape[1], table.shape[0], table.data_ptr(), y.data_ptr())
     return y
+
+
+def linear(lib: ctypes.CDLL, x: torch.Tensor, groups: torch.Tensor, kind: int, in_features: int,
+           function: str = FUNCTION) -> torch.Tensor:
+    """x [m, in] float32 times the weights that `repack`'s groups of GGML type `kind` hold, transposed:
+    [m, out] float32 (`linears` of one matrix without bias)."""
+    x, outputs = x.reshape(-1, in_features).contiguous(), groups.shape[0] * OUTPUTS
+    return linears(getattr(lib, function), x, torch.tensor([entry(groups, kind, None)]), outputs).view(-1, outputs)
 
 
 def dequantize(lib: ctypes.CDLL, groups: torch.Tensor, kind: int, in_features: int) -> torch.Tensor:

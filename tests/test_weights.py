@@ -8,13 +8,14 @@ import logging
 import pytest
 import safetensors.torch
 import torch
+from gguf import GGMLQuantizationType
 from torch import nn
 
 from assistant import models, weights
 from assistant.decoding import decode
 from assistant.drafters import NgramDraft, NoDraft
 from assistant.models import ModelError
-from conftest import make_tiny_model
+from conftest import make_tiny_model, tile_groups
 
 CPU = torch.device("cpu")
 COMPACT_HERE = [w for w in weights.COMPACT if w in weights.available(CPU)]
@@ -36,6 +37,28 @@ def test_a_row_is_computed_the_same_whatever_the_batch(kind):
         batch = layer(x)
         mismatched = [m for m in range(1, 41) if not torch.equal(layer(x[:m]), batch[:m])]
     assert mismatched == []
+
+
+@pytest.mark.parametrize("kind", COMPACT_HERE)
+def test_layers_multiplied_together_get_each_layers_own_bits(kind):
+    """`weights.products` takes a decoder layer's q, k and v (or its gate and up) in one kernel call where
+    the kernel multiplies several matrices: each output has its layer's bits alone, the bias added as torch
+    adds it, blocks of different types in one call, for steps, verifications and a prefill."""
+    layers = [compact_layer(kind, nn.Linear(256, 48, bias=bias)) for bias in (True, False)]
+    if kind in weights.KERNELS and kind != "gguf":  # and the K-quants' blocks beside Q8_0's
+        for kind_of_blocks in (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K):
+            groups, _ = tile_groups(kind_of_blocks, 32, 256)
+            layers.append(weights.QUANTIZED[kind]({"groups": groups, "kind": torch.tensor([kind_of_blocks.value])},
+                                                  torch.randn(32), 256))
+    with torch.inference_mode():
+        for rows in (1, 3, 16, 70):
+            x = torch.randn(1, rows, 256)
+            together = weights.products(x, tuple(layers))
+            for layer, out in zip(layers, together):
+                alone = layer(x)
+                if isinstance(layer, weights.GgufLinear) and layer.bias is not None:
+                    alone = layer.KERNEL.linear(layer.library, x[0], layer.groups, layer.kind, 256)[None] + layer.bias
+                assert torch.equal(out, alone)
 
 
 @pytest.mark.parametrize("kind", COMPACT_HERE)
