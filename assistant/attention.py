@@ -39,7 +39,8 @@ Two measurements decided it, both on the project's 2-core machines:
   against 42.0 ms, a 16-token verification 149.6 against 158.3. A task is then one key head's rows
   of all the queries, its keys and values read once for them: a verification's attention 29.6 against
   34.2 ms when each query was a task (the same way, in another run). `few_queries` stays for other
-  devices.
+  devices. A decoder's steps call it through `projected`, which also rotates the queries and keys and
+  writes the cache, reading the projections as they come.
 - A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
   CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
   the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
@@ -75,7 +76,9 @@ DIMS = (8, 16, 32, 64, 128, 256)  # the head sizes `attention_kernel.cpp` takes
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 KERNEL = block_kernel.Kernel("attention_kernel.cpp", block_kernel.flags("-mavx2", "-mfma"), {"avx2", "fma"},
                              {"attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float,
-                                          _p], ctypes.c_int)})
+                                          _p], ctypes.c_int),
+                              "attend_new": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float,
+                                              _p], ctypes.c_int)})
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask, scaling: float,
@@ -112,6 +115,31 @@ def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     if KERNEL.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
                                key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr()):
         raise ValueError(f"attention_kernel.cpp takes heads of {', '.join(map(str, DIMS))} values, not {dim}")
+    return out
+
+
+def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              layer, scaling: float) -> torch.Tensor | None:
+    """A decoder layer's attention straight from its projections, by `attention_kernel.cpp`: query
+    [1, q, heads x dim], key and value [1, q, kv_heads x dim] as the products leave them, rotated there by
+    cos and sin [1, q, dim] as transformers' apply_rotary_pos_emb does, the key and value written into
+    `layer` (a `kv_cache.PreallocatedLayer`); returns [1, q, heads, dim], the bits of rotating, updating
+    the cache and `attention`. None, with nothing done, where the kernel does not take them (more than FEW
+    queries, another device or dtype, a cache without room). Rotating in torch, writing the cache and
+    making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
+    (`weights.products` has the measurement of both)."""
+    queries, dim = query.shape[1], cos.shape[-1]
+    if not (queries <= FEW and dim in DIMS and query.device.type == "cpu" and query.dtype == torch.float32
+            and getattr(layer, "is_initialized", False) and layer.key_buffer.dtype == torch.float32
+            and layer.length + queries <= layer.capacity and KERNEL.usable()):
+        return None
+    heads, kv_heads = query.shape[-1] // dim, key.shape[-1] // dim
+    out = query.new_empty(1, queries, heads, dim)
+    cos, sin = cos.contiguous(), sin.contiguous()
+    KERNEL.library().attend_new(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                heads, queries, dim, layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr(),
+                                kv_heads, layer.length, layer.capacity, scaling, out.data_ptr())
+    layer.advance(queries)
     return out
 
 

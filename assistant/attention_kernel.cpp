@@ -12,7 +12,10 @@
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
 // Tried and dropped: prefetching keys 16 or 32 ahead, and scoring two rows by four keys (fewer loads a
-// product): neither was faster in the 1.5B's steps or in isolation.
+// product): neither was faster in the 1.5B's steps or in isolation. Prefetching again, 2 to 16 KB of
+// keys and 2 to 8 KB of values ahead: one query over 1,500 keys of the 1.5B's 28 layers, each layer's
+// keys and values out of cache, 172 to 185 us a layer against 191 (81 in cache), 16 queries no faster.
+// A step reads 86 MB of them at about 16 GB/s, against the products' 40: latency, not yet understood.
 
 #include <immintrin.h>
 #include <omp.h>
@@ -132,8 +135,25 @@ void rows(const float* q, int count, int group, Heads kv, int64_t first, float* 
         }
 }
 
+// Where query i's head h lies ([batch, heads, queries, dim] as transformers passes it, or [queries, heads,
+// dim] as a decoder's product leaves it), and whether it is first rotated by the position's cos and sin
+// ([queries, dim] each): (x cos) + (rotate_half(x) sin), each product rounded, as transformers'
+// apply_rotary_pos_emb computes it.
+struct Queries {
+    const float* at;
+    int64_t batch, head, row;  // strides
+    const float* cos;  // or null: not rotated
+    const float* sin;
+};
+
+template <int D>
+inline void rotated(const float* x, const float* cos, const float* sin, float* to) {
+    for (int d = 0; d < D / 2; d++) to[d] = x[d] * cos[d] + -x[d + D / 2] * sin[d];
+    for (int d = D / 2; d < D; d++) to[d] = x[d] * cos[d] + x[d - D / 2] * sin[d];
+}
+
 template <int C>
-void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, const float* keys, const float* values,
+void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const float* keys, const float* values,
             int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride, float scaling, float* out) {
     constexpr int D = C * 8;
     const int group = int(heads / kv_heads);
@@ -152,13 +172,32 @@ void attend(const float* query, int64_t batch, int64_t heads, int64_t queries, c
             const int64_t b = task / (kv_heads * parts), h = task / parts % kv_heads, i0 = task % parts * run;
             const int64_t i1 = std::min(queries, i0 + run);
             for (int64_t i = i0; i < i1; ++i)
-                for (int g = 0; g < group; ++g)
-                    for (int d = 0; d < D; ++d)
-                        q[((i - i0) * group + g) * D + d] = query[((b * heads + h * group + g) * queries + i) * D + d] * scaling;
+                for (int g = 0; g < group; ++g) {
+                    const float* from = query.at + b * query.batch + (h * group + g) * query.head + i * query.row;
+                    float* to = q.get() + ((i - i0) * group + g) * D;
+                    if (query.cos) {
+                        rotated<D>(from, query.cos + i * D, query.sin + i * D, to);
+                        from = to;
+                    }
+                    for (int d = 0; d < D; ++d) to[d] = from[d] * scaling;
+                }
             const int64_t at = b * batch_stride + h * head_stride;
             rows<C>(q.get(), int((i1 - i0) * group), group, Heads{keys + at, values + at}, count - queries + 1 + i0,
                     scores.get(), width, out + ((b * queries + i0) * heads + h * group) * D, heads * D);
         }
+    }
+}
+
+// A decoder layer's new keys and values [queries, kv_heads, dim], the keys rotated, into the cache's
+// positions start.. ([kv_heads, >= start + queries, dim], heads head_stride floats apart).
+template <int D>
+void store(const float* key, const float* value, const float* cos, const float* sin, int64_t queries, int64_t kv_heads,
+           float* keys, float* values, int64_t start, int64_t head_stride) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < queries * kv_heads; ++t) {
+        const int64_t i = t / kv_heads, h = t % kv_heads, at = h * head_stride + (start + i) * D;
+        rotated<D>(key + t * D, cos + i * D, sin + i * D, keys + at);
+        std::copy(value + t * D, value + (t + 1) * D, values + at);
     }
 }
 
@@ -171,9 +210,28 @@ extern "C" {
 int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, int64_t dim, const float* keys,
            const float* values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
            float scaling, float* out) {
+    const Queries at{query, heads * queries * dim, queries * dim, dim, nullptr, nullptr};
     switch (dim) {
-#define DIM(d) case d: attend<d / 8>(query, batch, heads, queries, keys, values, kv_heads, count, batch_stride, \
+#define DIM(d) case d: attend<d / 8>(at, batch, heads, queries, keys, values, kv_heads, count, batch_stride, \
                                      head_stride, scaling, out); return 0;
+        DIM(8) DIM(16) DIM(32) DIM(64) DIM(128) DIM(256)
+#undef DIM
+    }
+    return -1;
+}
+
+// A decoder layer's attention from its projections, as rows of positions: query [queries, heads, dim], key
+// and value [queries, kv_heads, dim]. Rotates the query and the key by cos and sin [queries, dim], writes
+// the key and the value to the cache (keys and values [kv_heads, capacity, dim]) at positions start..,
+// and attends as `attend` does over the start + queries positions; out [queries, heads, dim].
+int attend_new(const float* query, const float* key, const float* value, const float* cos, const float* sin,
+               int64_t heads, int64_t queries, int64_t dim, float* keys, float* values, int64_t kv_heads,
+               int64_t start, int64_t capacity, float scaling, float* out) {
+    const Queries at{query, 0, dim, heads * dim, cos, sin};
+    switch (dim) {
+#define DIM(d) case d: store<d>(key, value, cos, sin, queries, kv_heads, keys, values, start, capacity * d); \
+                       attend<d / 8>(at, 1, heads, queries, keys, values, kv_heads, start + queries, 0, capacity * d, \
+                                     scaling, out); return 0;
         DIM(8) DIM(16) DIM(32) DIM(64) DIM(128) DIM(256)
 #undef DIM
     }

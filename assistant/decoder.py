@@ -8,7 +8,9 @@ depth (28 layers, the arithmetic made negligible: 64 wide), a one-token step aft
 EPYC), what every step of every strategy saves. It calls the model's own modules (norms, projections
 with their biases, rotary embedding, MLP) in transformers' order, so its logits and hidden states are
 transformers' bit for bit (`tests/test_decoder.py`); a model of another family, or on another attention,
-goes through transformers.
+goes through transformers. Where our kernels take them, a layer's q, k and v, and its gate and up, are
+multiplied in one call (`weights.products`), and a step's attention rotates, caches and attends in one
+(`attention.projected`): the same bits, 2.6 ms less of a 1.5B step (41.0 against 43.7).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from . import attention
+from . import attention, weights
 
 FAMILIES = ("llama", "qwen2")
 
@@ -49,11 +51,15 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int) 
         attn = layer.self_attn
         h = layer.input_layernorm(x)
         shape = (1, n, -1, attn.head_dim)
-        q, k = apply_rotary_pos_emb(attn.q_proj(h).view(shape).transpose(1, 2),
-                                    attn.k_proj(h).view(shape).transpose(1, 2), cos, sin)
-        k, v = cache.update(k, attn.v_proj(h).view(shape).transpose(1, 2), i)
-        out, _ = attention.attention(attn, q, k, v, None, attn.scaling)
+        q, k, v = weights.products(h, (attn.q_proj, attn.k_proj, attn.v_proj))
+        out = attention.projected(q, k, v, cos, sin, cache.layers[i], attn.scaling)
+        if out is None:
+            q, k = apply_rotary_pos_emb(q.view(shape).transpose(1, 2), k.view(shape).transpose(1, 2), cos, sin)
+            k, v = cache.update(k, v.view(shape).transpose(1, 2), i)
+            out, _ = attention.attention(attn, q, k, v, None, attn.scaling)
         x = x + attn.o_proj(out.reshape(1, n, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        mlp = layer.mlp
+        gate, up = weights.products(layer.post_attention_layernorm(x), (mlp.gate_proj, mlp.up_proj))
+        x = x + mlp.down_proj(mlp.act_fn(gate) * up)
     x = inner.norm(x)
     return Output(model.lm_head(x[:, -logits_to_keep:]), (*states, x) if hidden else None)

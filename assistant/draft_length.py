@@ -91,7 +91,8 @@ PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5}
 FLAT = {n: 1.0 for n in COST_SIZES}  # where every step is padded to the same rows (`decoding.fixed_shapes`)
 CONTEXT = 256  # tokens before the measured forwards, prefilled in chunks of this many
 CHUNK = 64
-FORWARD = 3  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel, decoder)
+FORWARD = 4  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel,
+# decoder; 4: weights.products, attention.projected)
 
 
 def costs_path(loaded: models.LoadedModel) -> Path:
