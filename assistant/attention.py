@@ -41,6 +41,11 @@ Two measurements decided it, both on the project's 2-core machines:
   34.2 ms when each query was a task (the same way, in another run). `few_queries` stays for other
   devices. A decoder's steps call it through `projected`, which also rotates the queries and keys and
   writes the cache, reading the projections as they come.
+- Tried and dropped: a float16 cache (as llama.cpp keeps it), converted to float32 a block of keys or
+  values at a time for every row to read. Over 1,500 keys of the 1.5B's 28 layers, each out of cache:
+  one query 121 against 203 us a layer (2.3 ms of a step), but 16 queries 1,302 against 1,019 (8 ms
+  of a verification, which `pld+h` takes more of than steps), and the logits of 16 rows moved by up to
+  0.9 (of 28.7) from the float32 cache's.
 - A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
   CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
   the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
