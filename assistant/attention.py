@@ -82,8 +82,8 @@ _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 KERNEL = block_kernel.Kernel("attention_kernel.cpp", block_kernel.flags("-mavx2", "-mfma"), {"avx2", "fma"},
                              {"attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float,
                                           _p], ctypes.c_int),
-                              "attend_new": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float,
-                                              _p], ctypes.c_int)})
+                              "attend_projected": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64,
+                                                    ctypes.c_float, _p], ctypes.c_int)})
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask, scaling: float,
@@ -134,16 +134,18 @@ def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: 
     making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
     (`weights.products` has the measurement of both)."""
     queries, dim = query.shape[1], cos.shape[-1]
-    if not (queries <= FEW and dim in DIMS and query.device.type == "cpu" and query.dtype == torch.float32
+    if not (query.shape[0] == 1 and queries <= FEW and dim in DIMS and query.device.type == "cpu"
+            and query.dtype == key.dtype == value.dtype == torch.float32
             and getattr(layer, "is_initialized", False) and layer.key_buffer.dtype == torch.float32
             and layer.length + queries <= layer.capacity and KERNEL.usable()):
         return None
     heads, kv_heads = query.shape[-1] // dim, key.shape[-1] // dim
     out = query.new_empty(1, queries, heads, dim)
-    cos, sin = cos.contiguous(), sin.contiguous()
-    KERNEL.library().attend_new(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                                heads, queries, dim, layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr(),
-                                kv_heads, layer.length, layer.capacity, scaling, out.data_ptr())
+    query, key, value, cos, sin = (t.contiguous() for t in (query, key, value, cos, sin))
+    KERNEL.library().attend_projected(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(),
+                                      sin.data_ptr(), heads, queries, dim, layer.key_buffer.data_ptr(),
+                                      layer.value_buffer.data_ptr(), kv_heads, layer.length, layer.capacity, scaling,
+                                      out.data_ptr())
     layer.advance(queries)
     return out
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import functools
 
-from .tile_kernel import AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, entry, holds, linears, repack
+from .tile_kernel import (AVX512, GROUP_BYTES, KINDS, LAYOUT, MULTIPLE, OUTPUTS, check, dequantize, entry, holds, linears,
+                          repack)
 from .tile_kernel import linear as tile_kernel_linear
 
 __all__ = ["GROUP_BYTES", "KINDS", "LAYOUT", "MULTIPLE", "OUTPUTS", "check", "dequantize", "entry", "holds", "linear",
            "linears", "repack", "library", "usable", "failure", "stamp", "FUNCTION"]
 library, usable, failure, stamp = AVX512.library, AVX512.usable, AVX512.failure, AVX512.stamp
-FUNCTION = "q8_linears"  # tile_kernel.linears's function here: x quantized to 8 bits per row and 32 inputs (256 for K-quants)
+FUNCTION = "q8_linears"  # tile_kernel.linears's function here: x quantized to 8 bits per row and 32 or 256 inputs
 
 linear = functools.partial(tile_kernel_linear, function=FUNCTION)

@@ -324,7 +324,8 @@ def products(x: torch.Tensor, layers: tuple[nn.Module, ...]) -> list[torch.Tenso
     y = linears(function, rows, table, total)
     if len(widths) == 1:
         return [y.view(*x.shape[:-1], total)]
-    return [part.view(*x.shape[:-1], width) for part, width in zip(y.split([rows.shape[0] * w for w in widths]), widths)]
+    parts = y.split([rows.shape[0] * width for width in widths])
+    return [part.view(*x.shape[:-1], width) for part, width in zip(parts, widths)]
 
 
 def _call(layers: tuple[nn.Module, ...]) -> tuple | None:
@@ -336,7 +337,8 @@ def _call(layers: tuple[nn.Module, ...]) -> tuple | None:
         return None
     table = torch.tensor([first.KERNEL.entry(layer.groups, layer.kind, layer.bias) for layer in layers])
     widths = tuple(layer.out_features for layer in layers)
-    first.calls[layers] = (first.KERNEL.linears, getattr(first.library, first.KERNEL.FUNCTION), table, widths, sum(widths))
+    function = getattr(first.library, first.KERNEL.FUNCTION)
+    first.calls[layers] = (first.KERNEL.linears, function, table, widths, sum(widths))
     return first.calls[layers]
 
 
