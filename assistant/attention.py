@@ -134,10 +134,9 @@ def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: 
     making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
     (`weights.products` has the measurement of both)."""
     queries, dim = query.shape[1], cos.shape[-1]
-    if not (query.shape[0] == 1 and queries <= FEW and dim in DIMS and query.device.type == "cpu"
-            and query.dtype == key.dtype == value.dtype == torch.float32
-            and getattr(layer, "is_initialized", False) and layer.key_buffer.dtype == torch.float32
-            and layer.length + queries <= layer.capacity and KERNEL.usable()):
+    if not (query.shape[0] == 1 and queries <= FEW and query.dtype == key.dtype == value.dtype == torch.float32
+            and getattr(layer, "is_initialized", False) and kernel_takes(layer.key_buffer, layer.value_buffer)
+            and layer.key_buffer.shape[-1] == dim and layer.length + queries <= layer.capacity):
         return None
     heads, kv_heads = query.shape[-1] // dim, key.shape[-1] // dim
     out = query.new_empty(1, queries, heads, dim)

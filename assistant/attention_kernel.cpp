@@ -225,8 +225,8 @@ int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, in
 // the key and the value to the cache (keys and values [kv_heads, capacity, dim]) at positions start..,
 // and attends as `attend` does over the start + queries positions; out [queries, heads, dim].
 int attend_projected(const float* query, const float* key, const float* value, const float* cos, const float* sin,
-               int64_t heads, int64_t queries, int64_t dim, float* keys, float* values, int64_t kv_heads,
-               int64_t start, int64_t capacity, float scaling, float* out) {
+                     int64_t heads, int64_t queries, int64_t dim, float* keys, float* values, int64_t kv_heads,
+                     int64_t start, int64_t capacity, float scaling, float* out) {
     const Queries at{query, 0, dim, heads * dim, cos, sin};
     switch (dim) {
 #define DIM(d) case d: store<d>(key, value, cos, sin, queries, kv_heads, keys, values, start, capacity * d); \
