@@ -6,16 +6,27 @@
 // alone: which other rows come with it, and how many keys lie past n, change nothing. So a verified
 // draft's rows have the bits of the one-token steps that plain decoding would take.
 // - score j: the query (times the scale) by key j in 8-float chunks, one chain of FMAs per key, its 8
-//   lanes summed by the same tree whichever block of 8 keys holds it (`lane_sums`).
+//   lanes summed by the same tree whichever 4 keys come with it (`lane_sums`).
 // - softmax: exp(score - max) by one polynomial for every lane, summed in 8 lanes over blocks of 8 keys
 //   then by a fixed tree; the weighted sum runs over the keys in order, and is divided by the sum last.
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
-// Tried and dropped: prefetching keys 16 or 32 ahead, and scoring two rows by four keys (fewer loads a
-// product): neither was faster in the 1.5B's steps or in isolation. Prefetching again, 2 to 16 KB of
-// keys and 2 to 8 KB of values ahead: one query over 1,500 keys of the 1.5B's 28 layers, each layer's
-// keys and values out of cache, 172 to 185 us a layer against 191 (81 in cache), 16 queries no faster.
-// A step reads 86 MB of them at about 16 GB/s, against the products' 40: latency, not yet understood.
+//
+// Loads: Zen 4 makes two a cycle, as many as FMAs (an FMA of an aligned chunk from L1 runs at its
+// peak, 109 GFMA/s on 2 cores). Scoring a row by 8 keys took 9 loads per 8 FMAs (its query's chunk and
+// 8 keys'), weighing a value 9 per 8 (8 chunks and the weight): a little over. So rows share what they
+// load: SCORED rows take each chunk of 4 keys once (7 loads per 12 FMAs), WEIGHED rows each chunk of a
+// value (7 per 12), held in a register (GCC otherwise folds the one load into every FMA as its memory
+// operand and nothing is shared: why two rows by four keys, tried so before, gained nothing). The
+// 1.5B's layer (12 heads, 2 key heads; medians, old and new taking turns in one process, Zen 4 EPYC):
+// 64 queries over 1,500 cached keys in L3 3.7 against 4.4 ms, 16 queries 0.81 against 0.92; over 28
+// layers' keys and values out of cache, 16 queries 29.4 against 31.3 ms, one query unchanged (5.9 ms,
+// bound by memory: its keys are fetched AHEAD). In the model on gguf-q8 after 1,500 tokens: a prefill
+// 7.97 against 8.24 s, a 16-token verification 121.1 against 128.8 ms, a step 41.7 against 42.5; the
+// same bits (every row's operations are its own, in the same order).
+// Tried and dropped: prefetching 2 to 16 KB of keys and 2 to 8 KB of values ahead in the old loops
+// (one query over 1,500 keys of the 1.5B's 28 layers out of cache: 172 to 185 us a layer against 191);
+// four rows scored together (spills: 64 queries 4.8 ms); one row weighing 4 chunks (5.2 ms).
 
 #include <immintrin.h>
 #include <omp.h>
@@ -29,6 +40,9 @@
 namespace {
 
 constexpr int64_t BLOCK = 64;  // keys whose values stay in L1 while every row of a task sums them
+constexpr int SCORED = 3;  // rows scored together: 12 sums of 4 keys, 3 queries' chunks and a key's in AVX2's 16 registers
+constexpr int WEIGHED = 3;  // rows weighing values together: 12 sums, 3 weights and a value's chunk
+constexpr int AHEAD = 8;  // keys fetched ahead of the scoring (a step's come from memory)
 
 inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); below -87.3, about 1e-38
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -44,10 +58,59 @@ inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); bel
     return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
 }
 
-inline __m256 lane_sums(const __m256* a) {  // lane t: the sum of a[t]'s lanes, ((0+1)+(2+3))+((4+5)+(6+7))
-    __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
+inline __m128 lane_sums(const __m256* a) {  // lane t: the sum of a[t]'s lanes, ((0+1)+(2+3))+((4+5)+(6+7))
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+inline __m256 in_register(__m256 v) {  // v loaded once for several FMAs, not folded into each as an operand
+    asm("" : "+x"(v));
+    return v;
+}
+
+// The scores of R rows (queries at q, D = C * 8 floats apart, already scaled) by 4 keys, into to (rows
+// `width` floats apart): each key's chunks loaded once for the R rows.
+template <int C, int R>
+inline void score(const float* q, const float* const* key, float* to, int64_t width) {
+    __m256 acc[R][4];
+    auto chunk = [&](int c, auto product) {
+        __m256 part[R];
+        for (int i = 0; i < R; ++i) part[i] = _mm256_loadu_ps(q + i * C * 8 + c * 8);
+        for (int t = 0; t < 4; ++t) {
+            const __m256 k = in_register(_mm256_loadu_ps(key[t] + c * 8));
+            for (int i = 0; i < R; ++i) acc[i][t] = product(part[i], k, acc[i][t]);
+        }
+    };
+    chunk(0, [](__m256 a, __m256 b, __m256) { return _mm256_mul_ps(a, b); });
+    for (int c = 1; c < C; ++c) chunk(c, [](__m256 a, __m256 b, __m256 sum) { return _mm256_fmadd_ps(a, b, sum); });
+    for (int i = 0; i < R; ++i) _mm_storeu_ps(to + i * width, lane_sums(acc[i]));
+}
+
+// R rows' weighted sums of the values of keys j0.. added to their results out[i]: row i weighs keys
+// j0..end[i] - 1 (ends ascending) by p + i * width; each value's chunk loaded once for the rows that see it.
+template <int C, int R>
+inline void weigh(const float* p, int64_t width, const float* values, int64_t j0, const int64_t* end, float* const* out) {
+    constexpr int D = C * 8, W = C < 4 ? C : 4;  // chunks at a time
+    for (int c0 = 0; c0 < C; c0 += W) {
+        __m256 acc[R][W];
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < W; ++c) acc[i][c] = _mm256_loadu_ps(out[i] + (c0 + c) * 8);
+        for (int64_t j = j0; j < end[0]; ++j) {  // the keys every row sees
+            __m256 weight[R];
+            for (int i = 0; i < R; ++i) weight[i] = _mm256_set1_ps(p[i * width + j]);
+            for (int c = 0; c < W; ++c) {
+                const __m256 v = in_register(_mm256_loadu_ps(values + j * D + (c0 + c) * 8));
+                for (int i = 0; i < R; ++i) acc[i][c] = _mm256_fmadd_ps(weight[i], v, acc[i][c]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 1; i < R; ++i)  // the keys only later rows see
+            for (int64_t j = end[0]; j < end[i]; ++j)
+                for (int c = 0; c < W; ++c)
+                    acc[i][c] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * width + j]), _mm256_loadu_ps(values + j * D + (c0 + c) * 8), acc[i][c]);
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < W; ++c) _mm256_storeu_ps(out[i] + (c0 + c) * 8, acc[i][c]);
+    }
 }
 
 inline float total(__m256 a) {
@@ -68,25 +131,19 @@ template <int C>
 void rows(const float* q, int count, int group, Heads kv, int64_t first, float* scores, int64_t width, float* out,
           int64_t stride) {
     constexpr int D = C * 8;
-    constexpr int cs = C < 8 ? C : 8;  // the chunks a row sums at once: AVX2 has 16 registers
     const int64_t most = first + (count - 1) / group;
     auto seen = [&](int r) { return first + r / group; };
     auto from = [&](int64_t j) { return int(std::max<int64_t>(0, (j - first + 1) * group)); };  // rows that see key j
     auto result = [&](int r) { return out + r / group * stride + r % group * D; };
-    for (int64_t j0 = 0; j0 < most; j0 += 8) {  // every row's scores of 8 keys, read once
-        const float* key[8];
-        for (int t = 0; t < 8; ++t) key[t] = kv.keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
-        for (int r = from(j0); r < count; ++r) {
-            const float* row = q + r * D;
-            __m256 acc[8];
-            __m256 head = _mm256_loadu_ps(row);
-            for (int t = 0; t < 8; ++t) acc[t] = _mm256_mul_ps(head, _mm256_loadu_ps(key[t]));
-            for (int c = 1; c < C; ++c) {
-                __m256 part = _mm256_loadu_ps(row + c * 8);
-                for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(part, _mm256_loadu_ps(key[t] + c * 8), acc[t]);
-            }
-            _mm256_storeu_ps(scores + r * width + j0, lane_sums(acc));
-        }
+    for (int64_t j0 = 0; j0 < most; j0 += 4) {  // every row's scores of 4 keys, read once
+        const float* key[4];
+        for (int t = 0; t < 4; ++t) key[t] = kv.keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
+        for (int t = 0; t < 4; ++t)
+            for (int b = 0; b < D * 4; b += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(kv.keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T0);
+        int r = from(j0);
+        for (; r + SCORED <= count; r += SCORED) score<C, SCORED>(q + r * D, key, scores + r * width + j0, width);
+        for (; r < count; ++r) score<C, 1>(q + r * D, key, scores + r * width + j0, width);
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     std::vector<float> sums(count);
@@ -112,21 +169,16 @@ void rows(const float* q, int count, int group, Heads kv, int64_t first, float* 
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(result(r) + c * 8, _mm256_setzero_ps());
     }
     for (int64_t j0 = 0; j0 < most; j0 += BLOCK) {  // the values of BLOCK keys, for every row that sees them
-        for (int r = from(j0); r < count; ++r) {
-            const int64_t j1 = std::min(seen(r), j0 + BLOCK);
-            const float* p = scores + r * width;
-            float* o = result(r);
-            for (int c0 = 0; c0 < C; c0 += cs) {
-                __m256 acc[cs];
-                for (int c = 0; c < cs; ++c) acc[c] = _mm256_loadu_ps(o + (c0 + c) * 8);
-                for (int64_t j = j0; j < j1; ++j) {
-                    __m256 weight = _mm256_set1_ps(p[j]);
-                    const float* value = kv.values + j * D + c0 * 8;
-                    for (int c = 0; c < cs; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + c * 8), acc[c]);
-                }
-                for (int c = 0; c < cs; ++c) _mm256_storeu_ps(o + (c0 + c) * 8, acc[c]);
-            }
-        }
+        int r = from(j0);
+        auto rows_of = [&]<int R>() {
+            int64_t end[R];
+            float* out[R];
+            for (int i = 0; i < R; ++i) end[i] = std::min(seen(r + i), j0 + BLOCK), out[i] = result(r + i);
+            weigh<C, R>(scores + r * width, width, kv.values, j0, end, out);
+            r += R;
+        };
+        while (r + WEIGHED <= count) rows_of.template operator()<WEIGHED>();
+        while (r < count) rows_of.template operator()<1>();
     }
     for (int r = 0; r < count; ++r)
         for (int c = 0; c < C; ++c) {
