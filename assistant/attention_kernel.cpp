@@ -21,12 +21,17 @@
 // 1.5B's layer (12 heads, 2 key heads; medians, old and new taking turns in one process, Zen 4 EPYC):
 // 64 queries over 1,500 cached keys in L3 3.7 against 4.4 ms, 16 queries 0.81 against 0.92; over 28
 // layers' keys and values out of cache, 16 queries 29.4 against 31.3 ms, one query unchanged (5.9 ms,
-// bound by memory: its keys are fetched AHEAD). In the model on gguf-q8 after 1,500 tokens: a prefill
-// 7.97 against 8.24 s, a 16-token verification 121.1 against 128.8 ms, a step 41.7 against 42.5; the
-// same bits (every row's operations are its own, in the same order).
-// Tried and dropped: prefetching 2 to 16 KB of keys and 2 to 8 KB of values ahead in the old loops
-// (one query over 1,500 keys of the 1.5B's 28 layers out of cache: 172 to 185 us a layer against 191);
-// four rows scored together (spills: 64 queries 4.8 ms); one row weighing 4 chunks (5.2 ms).
+// bound by memory). In the model on gguf-q8 after 1,500 tokens: a prefill 7.97 against 8.24 s, a
+// 16-token verification 121.1 against 128.8 ms, a step 41.7 against 42.5; the same bits (every row's
+// operations are its own, in the same order).
+// A step reads its keys and values from memory (86 MB for the 1.5B after 1,500 tokens), at 16 GB/s
+// where the products read 40: too few misses in flight. Keys fetched into L2 AHEAD of the scoring
+// (16 KB; into L1, or 8 keys ahead, no faster) and each block's values during the block before: one
+// query over the 28 layers out of cache 4.0 against 5.3 ms (medians, taking turns), 16 queries 25.8
+// against 26.9; in the model, one-token steps taking turns with the kernel without it, 41.9 against
+// 43.1 ms (medians of 300). Against the kernel before both changes: steps 34.2 against 35.4 ms, 16-token
+// verifications 137.2 against 141.7 (medians of 300 and 75, in a faster minute).
+// Tried and dropped: the first block's values fetched during the scoring (no faster); four rows scored together (spills: 64 queries 4.8 ms); one row weighing 4 chunks (5.2 ms).
 
 #include <immintrin.h>
 #include <omp.h>
@@ -42,7 +47,7 @@ namespace {
 constexpr int64_t BLOCK = 64;  // keys whose values stay in L1 while every row of a task sums them
 constexpr int SCORED = 3;  // rows scored together: 12 sums of 4 keys, 3 queries' chunks and a key's in AVX2's 16 registers
 constexpr int WEIGHED = 3;  // rows weighing values together: 12 sums, 3 weights and a value's chunk
-constexpr int AHEAD = 8;  // keys fetched ahead of the scoring (a step's come from memory)
+constexpr int AHEAD = 32;  // keys fetched into L2 ahead of the scoring (a step's come from memory)
 
 inline __m256 exp_nonpositive(__m256 x) {  // e^x for x <= 0 (Cephes' expf); below -87.3, about 1e-38
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
@@ -140,7 +145,7 @@ void rows(const float* q, int count, int group, Heads kv, int64_t first, float* 
         for (int t = 0; t < 4; ++t) key[t] = kv.keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
         for (int t = 0; t < 4; ++t)
             for (int b = 0; b < D * 4; b += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(kv.keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(kv.keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T1);
         int r = from(j0);
         for (; r + SCORED <= count; r += SCORED) score<C, SCORED>(q + r * D, key, scores + r * width + j0, width);
         for (; r < count; ++r) score<C, 1>(q + r * D, key, scores + r * width + j0, width);
@@ -169,6 +174,8 @@ void rows(const float* q, int count, int group, Heads kv, int64_t first, float* 
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(result(r) + c * 8, _mm256_setzero_ps());
     }
     for (int64_t j0 = 0; j0 < most; j0 += BLOCK) {  // the values of BLOCK keys, for every row that sees them
+        for (int64_t j = j0 + BLOCK; j < std::min(most, j0 + 2 * BLOCK); ++j)  // the next block's values, into L2
+            for (int b = 0; b < D * 4; b += 64) _mm_prefetch(reinterpret_cast<const char*>(kv.values + j * D) + b, _MM_HINT_T1);
         int r = from(j0);
         auto rows_of = [&]<int R>() {
             int64_t end[R];
