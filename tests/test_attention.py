@@ -93,7 +93,7 @@ def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads,
 @NO_KERNEL
 def test_the_kernel_computes_the_products_and_softmax_of_the_fallback():
     generator = torch.Generator().manual_seed(3)
-    for heads, kv_heads, dim in SHAPES + [(4, 2, 8)]:
+    for heads, kv_heads, dim in SHAPES + [(4, 2, 8), (4, 2, 16), (6, 2, 32)]:  # dims under 4 chunks of 8 too
         key, value = (torch.randn(1, kv_heads, 700, dim, generator=generator) for _ in range(2))
         query = torch.randn(1, heads, 9, dim, generator=generator)
         assert torch.allclose(attention.kernel_queries(query, key, value, dim ** -0.5),
