@@ -31,7 +31,11 @@
 // against 26.9; in the model, one-token steps taking turns with the kernel without it, 41.9 against
 // 43.1 ms (medians of 300). Against the kernel before both changes: steps 34.2 against 35.4 ms, 16-token
 // verifications 137.2 against 141.7 (medians of 300 and 75, in a faster minute).
-// Tried and dropped: the first block's values fetched during the scoring (no faster); four rows scored together (spills: 64 queries 4.8 ms); one row weighing 4 chunks (5.2 ms).
+// Tried and dropped: the first block's values fetched during the scoring (no faster); four rows scored
+// together (spills: 64 queries 4.8 ms); one row weighing 4 chunks at a time (5.2 ms). The later rows'
+// own keys in `weigh` take their FMAs one row at a time: a loop over rows from a first row known only
+// at run time, tried with `score` choosing its first chunk's product at run time too, made 64 queries
+// 7.1 ms (the sums out of registers).
 
 #include <immintrin.h>
 #include <omp.h>

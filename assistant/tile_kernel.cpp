@@ -99,11 +99,12 @@ constexpr int64_t ROWS = 64;  // up to this many rows (more than any verificatio
 constexpr int64_t SPAN = 256;  // a prefill's rows a panel's tiles are made for: their x stays in L2 (1,500 at once: 2x slower)
 constexpr int64_t DIRECT = 2;  // without AMX, up to this many rows multiply tile rows as they are made from the codes
 constexpr int AHEAD = 2048;  // bytes of a unit's blocks read ahead: a one-token step 80 ms without, 62 with (1,024-16,384: 61-70)
-// gguf-q8's passes of 8 rows (8 to 64 rows: verifications, a prefill's pieces) read each unit's blocks
-// this far ahead into L2 instead: the 1.5B's 197 matrices one after another (their 950 MB from memory)
-// for 16 rows 81.7 against 87.1 ms, 8 rows 42.8 against 44.2 (medians taking turns, Zen 4 EPYC); one
-// row and 4 rows were slower so (31.3 against 30.6, 32.9 against 32.4), 64 rows alike. In the model
-// after 1,500 tokens, a 16-token verification 121.8 against 129.2 ms, a step alike (medians of 80).
+constexpr int PASS = 8;  // gguf-q8's rows a unit's blocks are multiplied by at once (then 4, 2, 1)
+// Full passes (8 to 64 rows: verifications, a prefill's pieces) read each unit's blocks FAR ahead into
+// L2 instead: the 1.5B's 197 matrices one after another (their 950 MB from memory) for 16 rows 81.7
+// against 87.1 ms, 8 rows 42.8 against 44.2 (medians taking turns, Zen 4 EPYC); one row and 4 rows were
+// slower so (31.3 against 30.6, 32.9 against 32.4), 64 rows alike. In the model after 1,500 tokens, a
+// 16-token verification 121.8 against 129.2 ms, a step alike (medians of 80).
 constexpr int FAR = 4096;
 
 #ifdef __AMX_TILE__
@@ -620,9 +621,9 @@ inline void q8_rows(const int8_t* xq, const float* dx, const float* xs, const in
         for (int r = 0; r < R; r++) whole[r] = _mm512_setzero_si512();
         for (int within = 0; within < PER; within++) {
             const int64_t u = block * PER + within;
-            const uint8_t* next = unit + u * L::SUB * L::BYTES / L::BLOCK + (R == 8 ? FAR : AHEAD);
+            const uint8_t* next = unit + u * L::SUB * L::BYTES / L::BLOCK + (R == PASS ? FAR : AHEAD);
             for (int i = 0; i < L::SUB * L::BYTES / L::BLOCK; i += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(next + i), R == 8 ? _MM_HINT_T1 : _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(next + i), R == PASS ? _MM_HINT_T1 : _MM_HINT_T0);
             sub_sums<L, R>(xq, k, b, within, u, sums);
             if constexpr (L::BLOCK == 256) {
                 const __m512i sc = bytes_to_int32(b + (L::OFFSET ? 64 : 32) + 16 * within, !L::OFFSET);
@@ -679,7 +680,7 @@ template <class L> struct Q8Product {
                 q8_rows<L, R>(t->xq + r * k, t->dx + r * scaled, t->xs + r * subs, t->xi + r * subs, k, unit, y + r * n + 16 * j, n);
                 r += R;
             };
-            while (r + 8 <= m) rows.template operator()<8>();
+            while (r + PASS <= m) rows.template operator()<PASS>();
             if (r + 4 <= m) rows.template operator()<4>();
             if (r + 2 <= m) rows.template operator()<2>();
             if (r < m) rows.template operator()<1>();
