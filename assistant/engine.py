@@ -207,6 +207,13 @@ class Assistant:
     def count_tokens(self, text: str) -> int:
         return len(self.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def budget(self, prompt: Prompt, rewritten: str | None) -> int:
+        """The most new tokens an answer to `prompt` gets unless the request says otherwise: room for a whole
+        rewrite of the text `rewritten` (`answer_budget`), or CHAT_BUDGET for a chat turn (None), within the
+        model's context."""
+        wanted = CHAT_BUDGET if rewritten is None else answer_budget(self.count_tokens(rewritten))
+        return max(1, min(self.loaded.context_length - len(prompt.ids), wanted))
+
     def rewrite(self, document: str, instruction: str, *, cancel: threading.Event | None = None,
                 **options) -> Iterator[Event]:
         """Stream the rewrite of `document` as events: `run(Request(document, instruction, **options))`."""
@@ -247,8 +254,7 @@ class Assistant:
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
         if max_new_tokens is None:
-            max_new_tokens = min(room, answer_budget(self.count_tokens(request.document[slice(*target)])) if target
-                                 else CHAT_BUDGET)
+            max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, request.temperature,
                          request.top_k, request.top_p)
         draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling)
@@ -313,10 +319,10 @@ class Assistant:
                      [target] if target else [])
 
     def shown(self, prompt: Prompt, document: str, target: tuple[int, int] | None,
-              tokens: list[int]) -> tuple[str, int]:
+              tokens: list[int]) -> tuple[str, int, bool]:
         """What a pass would show had the model made `tokens` (cut at EOS and where the answer ends, the final
-        newline as a rewrite adds it) and how many of them it would count: so that the bench compares
-        another generator's output exactly."""
+        newline as a rewrite adds it), how many of them it would count, and whether they end the answer: so
+        that the bench compares another generator's output exactly."""
         ended = next((i for i, t in enumerate(tokens) if t in self.loaded.eos), None)
         tokens = tokens[:ended]
         output = OutputText(self.loaded.tokenizer, document, fence=prompt.fence)
@@ -324,7 +330,7 @@ class Assistant:
         output.finish()
         target_text = document[slice(*target)] if target else ""
         newline = missing_final_newline(output.text, target_text, ended is not None or output.ended == "eos")
-        return output.text + newline, output.tokens
+        return output.text + newline, output.tokens, ended is not None or output.ended is not None
 
     def rewrite_text(self, document: str, instruction: str, **options) -> Result:
         """Run a rewrite to the end and return its Result."""

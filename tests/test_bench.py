@@ -42,7 +42,7 @@ def test_defaults():
     args = parse()
     assert args.tasks == "code-edit,text-edit"
     assert args.strategies == "ar,hf-pld,pld,pld+h,pld+a"
-    assert (args.samples, args.max_new_tokens, args.out) == (5, 256, None)
+    assert (args.samples, args.max_new_tokens, args.out) == (5, None, None)  # None: whole answers
     assert bench.plan(args).strategies == ["ar", "hf-pld", "pld", "pld+h", "pld+a"]
 
 
@@ -114,7 +114,8 @@ def test_fix_samples_beyond_the_split_exit_2(no_model, capsys):
 
 def fake_row(strategy: str, record: str, tokens: int, seconds: float, first: float | None, **extra) -> dict:
     return {"task": "fix", "id": record, "strategy": strategy, "new_tokens": tokens, "seconds": seconds,
-            "steps": None, "first_token_seconds": first, "exact_match": True, "max_rss_mb": 1.0, **extra}
+            "steps": None, "first_token_seconds": first, "exact_match": True, "complete": True, "max_rss_mb": 1.0,
+            **extra}
 
 
 def test_summary_reports_the_fix_rate_and_the_speed_against_llama_cpp():
@@ -262,6 +263,7 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld", "prefix-reuse"]
     assert all(r["exact_match"] for r in rows[:3])  # greedy decoding is lossless, whatever the drafter
+    assert not any(r["complete"] for r in rows[:3])  # cut at 8 tokens, and said so
     assert all(0 < r["first_token_seconds"] <= r["seconds"] for r in rows[:3])  # hf-pld's too: its decode-only column
     assert 0 < rows[3]["warm_first_token_seconds"] and 0 < rows[3]["cold_first_token_seconds"]  # no timing claims
     assert rows[3]["idle_new_tokens"] == rows[0]["new_tokens"] and rows[3]["idle_exact_match"]  # warm: ar's text
@@ -295,6 +297,22 @@ def bench_run(monkeypatch, out: Path, task: str, strategies: str, model: str = "
                      "--tasks", task, "--strategies", strategies, "--out", str(out)]) == 0
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     return rows, json.loads((out / "summary.json").read_text())
+
+
+@needs_smollm2
+def test_every_generator_gets_the_engines_budget_by_default(monkeypatch, tmp_path):
+    shortest = min(data.load("fix"), key=lambda r: len(r.document))
+    monkeypatch.setattr(data, "load", lambda task, split="eval": [shortest])
+    out = tmp_path / "out"
+    assert cli.main(["bench", "--model", "smollm2-135m", "--weights", "float32", "--samples", "1", "--tasks", "fix",
+                     "--strategies", "ar,pld,hf-pld", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()][:3]
+    assert [r["strategy"] for r in rows] == ["ar", "pld", "hf-pld"]
+    # The same budget for all, so the same answer, however it ended: cut only where the engine would cut it.
+    assert len({(r["new_tokens"], r["complete"], r["text"]) for r in rows}) == 1 and rows[0]["new_tokens"] > 8
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["environment"]["max_new_tokens"] is None
+    assert {s["complete"] for s in summary["results"]} == {1.0 if rows[0]["complete"] else 0.0}
 
 
 @needs_smollm2

@@ -23,7 +23,9 @@ def register(commands) -> None:
     parser.add_argument("--strategies", default=",".join(bench.DEFAULT_STRATEGIES),
                         help=f"comma-separated: {', '.join(bench.STRATEGIES)} (ar always runs: it is the reference)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
+                             "front doors give, room for a whole rewrite)")
     parser.add_argument("--max-draft", type=int,
                         help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
     parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")

@@ -15,6 +15,14 @@ strategy pays its own prefill, as `hf-pld` does) and measured apart: the same ed
 twice, time to first token cold and warm, and the default strategy after the buffer was idle
 (`Assistant.warm`, as the editor does), to the end: its tokens/s against the others' cold ones.
 
+Every answer runs to its end by default: each strategy, llama.cpp and `hf-pld` included, gets the
+output budget the front doors give (`Assistant.budget`: room for a whole rewrite of the document,
+twice its tokens and a little more), since an answer cut at a token limit is never written for the
+user. Each row says whether its answer was complete (it ended by itself); `--max-new-tokens N` cuts
+every answer at N instead, which makes runs shorter and weighs the prefill more. Before this default
+(a cut at 256 or 320 tokens), half the code and text edits measured were cut short: their
+"end to end" was a prefill and the first 320 tokens of a rewrite of up to 2,300.
+
 The `fix` task also measures edit quality: each output is run with its task's tests in a
 sandboxed process (`sandbox.py`), and the fix rate (tasks fixed / tasks tried) is reported beside
 the speed of each strategy.
@@ -61,6 +69,7 @@ WARMUP_TOKENS = 4
 MAX_DRAFT = 64
 PREFIX_REUSE = "prefix-reuse"  # rows of the cold/warm time-to-first-token measurement
 LLAMA_CPP = "llama-cpp"
+UNFINISHED = ("length", "cancelled")  # a Result's `stopped` for an answer that did not end by itself
 
 
 class BenchError(ValueError):
@@ -74,7 +83,7 @@ class Plan:
     tasks: list[str]
     strategies: list[str]
     records: list[data.Record]  # task by task, `samples` each, spread over the task's sources
-    max_new_tokens: int
+    max_new_tokens: int | None  # None: each answer's own budget, as the front doors give
     out: Path
 
 
@@ -98,7 +107,7 @@ def plan(args) -> Plan:
     strategies = list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
     if args.samples < 1:
         raise BenchError("--samples must be at least 1")
-    if args.max_new_tokens < 1:
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise BenchError("--max-new-tokens must be at least 1")
     if args.max_draft is not None and not 1 <= args.max_draft <= MAX_DRAFT:
         raise BenchError(f"--max-draft must be between 1 and {MAX_DRAFT}")
@@ -121,6 +130,7 @@ def plan(args) -> Plan:
 class Run:
     text: str
     new_tokens: int
+    complete: bool  # the answer ended by itself, not at the token limit
     seconds: float
     steps: int | None = None
     first_token_seconds: float | None = None
@@ -131,7 +141,7 @@ class Run:
 class Runner:
     """Runs a record under a strategy with one loaded model; knows which strategies it can run."""
 
-    def __init__(self, assistant, max_new_tokens: int, model: str, load=None):
+    def __init__(self, assistant, max_new_tokens: int | None, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
         self.load = load  # weights -> another Assistant of the same model, for strategies such as ar@float32
         self.others: dict[str, object] = {}
@@ -179,7 +189,11 @@ class Runner:
             return self.hf_pld(record, max_new_tokens)
         if strategy == LLAMA_CPP:
             return self.llama_cpp(record, max_new_tokens)
-        return self.engine(strategy, record, max_new_tokens)
+        return self.engine(strategy, record, max_new_tokens)  # None: the engine's own budget
+
+    def budget(self, record: data.Record, prompt, max_new_tokens: int | None) -> int:
+        """The tokens another generator may make: `max_new_tokens`, or the budget the engine gives itself."""
+        return max_new_tokens or self.assistant.budget(prompt, record.document if record.is_edit else None)
 
     def with_weights(self, strategy: str):
         """(assistant, engine strategy) for `strategy`, which may name other weights: `ar@float32`."""
@@ -191,7 +205,7 @@ class Runner:
             self.others[other].measured_costs()
         return self.others[other], strategy
 
-    def events(self, strategy: str, record: data.Record, max_new_tokens: int):
+    def events(self, strategy: str, record: data.Record, max_new_tokens: int | None):
         assistant, strategy = self.with_weights(strategy)
         if record.is_edit:
             return assistant.rewrite(record.document, record.instruction, strategy=strategy,
@@ -199,7 +213,7 @@ class Runner:
         return assistant.chat(record.document, history=self.history(record), strategy=strategy,
                               max_new_tokens=max_new_tokens)
 
-    def engine(self, strategy: str, record: data.Record, max_new_tokens: int) -> Run:
+    def engine(self, strategy: str, record: data.Record, max_new_tokens: int | None) -> Run:
         per_step = []
         with closing(self.events(strategy, record, max_new_tokens)) as events:
             for event in events:
@@ -207,8 +221,8 @@ class Runner:
                     per_step.append(event.new_tokens)
                 if isinstance(event, Result):
                     stats = event.stats
-                    return Run(event.text, stats.new_tokens, stats.seconds, stats.steps, stats.first_token_seconds,
-                               per_step, event.token_spans)
+                    return Run(event.text, stats.new_tokens, event.stopped not in UNFINISHED, stats.seconds,
+                               stats.steps, stats.first_token_seconds, per_step, event.token_spans)
         raise AssertionError("the engine ended without a result")
 
     def forward_costs(self, records: list[data.Record]) -> dict[str, dict]:
@@ -242,14 +256,16 @@ class Runner:
             return self.assistant.prompt(record.document, record.instruction)
         return self.assistant.chat_prompt(record.document, self.history(record))
 
-    def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int]:
-        """What the engine would show for these tokens and how many of them it would count."""
+    def visible(self, record: data.Record, prompt, tokens: list[int]) -> tuple[str, int, bool]:
+        """What the engine would show for these tokens, how many of them it would count, and whether they
+        end the answer."""
         target = (0, len(record.document)) if record.is_edit else None
         return self.assistant.shown(prompt, record.document, target, tokens)
 
-    def hf_pld(self, record: data.Record, max_new_tokens: int) -> Run:
+    def hf_pld(self, record: data.Record, max_new_tokens: int | None) -> Run:
         model, tokenizer = self.assistant.loaded.model, self.assistant.loaded.tokenizer
         prompt = self.prompt(record)
+        max_new_tokens = self.budget(record, prompt, max_new_tokens)
         ids = torch.tensor([prompt.ids], device=model.device)
         # The engine ends an edit where the answer's code block closes; generate() is told the same.
         closing = {"stop_strings": [f"\n{prompt.fence}\n"], "tokenizer": tokenizer} if prompt.fence else {}
@@ -263,9 +279,10 @@ class Runner:
         return Run(*self.visible(record, prompt, out[0, ids.shape[1]:].tolist()), seconds,
                    first_token_seconds=first.seconds)
 
-    def llama_cpp(self, record: data.Record, max_new_tokens: int) -> Run:
+    def llama_cpp(self, record: data.Record, max_new_tokens: int | None) -> Run:
         """llama.cpp's greedy decoding of the engine's prompt ids, stopped where the engine would stop."""
         prompt, eos = self.prompt(record), self.assistant.loaded.eos
+        max_new_tokens = self.budget(record, prompt, max_new_tokens)
         output = OutputText(self.assistant.loaded.tokenizer, record.document, fence=prompt.fence)
         tokens, first_token = [], None
         self.llama.reset()  # no reuse of the previous prompt's cache: it pays its own prefill, as every strategy
@@ -335,7 +352,8 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
     row = {"task": record.task, "id": record.id, "strategy": strategy, "new_tokens": result.new_tokens,
            "seconds": round(result.seconds, 4),
            "tokens_per_second": round(result.new_tokens / result.seconds, 3) if result.seconds else None,
-           "steps": result.steps, "first_token_seconds": result.first_token_seconds, "per_step": result.per_step,
+           "complete": result.complete, "steps": result.steps, "first_token_seconds": result.first_token_seconds,
+           "per_step": result.per_step,
            # ar is the reference itself; None where ar did not run on these weights: nothing is claimed
            "exact_match": (True if strategy.partition("@")[0] == "ar" else None if same_weights is None
                            else result.text == same_weights.text), **peak_memory_mb(device),
@@ -418,6 +436,7 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
                 "fix_rate": ratio(sum(fixed), len(fixed)),
                 "mean_accepted": ratio(tokens, sum(steps)) if len(steps) == len(mine) else None,
                 "exact_match": ratio(sum(r["exact_match"] for r in compared), len(compared)),
+                "complete": ratio(sum(r["complete"] for r in mine), len(mine)),
                 "first_token_seconds": sum(first) / len(first) if first else None,
                 "max_rss_mb": max(r["max_rss_mb"] for r in mine),
                 "cuda_peak_mb": max((r["cuda_peak_mb"] for r in mine if "cuda_peak_mb" in r), default=None),
@@ -479,6 +498,7 @@ COLUMNS = (  # name, the summary key an optional column shows only when some ent
     ("vs llama.cpp after 1st token", "vs_llama_cpp", lambda s: fmt(s["vs_llama_cpp_decode"], ".2f", "x")),
     ("accepted/step", None, lambda s: fmt(s["mean_accepted"])),
     ("exact vs ar", None, lambda s: fmt(s["exact_match"], ".0%")),
+    ("complete", None, lambda s: fmt(s["complete"], ".0%")),
     ("fix rate", "fix_rate",
      lambda s: f"{s['fix_rate']:.0%} ({s['fixed']}/{s['fix_tried']})" if s["fix_tried"] else "n/a"),
     ("first token", None, lambda s: fmt(s["first_token_seconds"], ".3f", "s")),
