@@ -19,9 +19,11 @@ Every answer runs to its end by default: each strategy, llama.cpp and `hf-pld` i
 output budget the front doors give (`Assistant.budget`: room for a whole rewrite of the document,
 twice its tokens and a little more), since an answer cut at a token limit is never written for the
 user. Each row says whether its answer was complete (it ended by itself); `--max-new-tokens N` cuts
-every answer at N instead, which makes runs shorter and weighs the prefill more. Before this default
-(a cut at 256 or 320 tokens), half the code and text edits measured were cut short: their
-"end to end" was a prefill and the first 320 tokens of a rewrite of up to 2,300.
+every answer at N instead, which makes runs shorter and weighs the prefill more. Before this default,
+the runs quoted cut answers at 320 tokens: on the Zen 4 EPYC, 3 of 6 code edits and 3 of 6 text
+edits of the 1.5B were cut there, in rewrites that ran to 501 to 2,097 tokens when let finish, so
+their "end to end" was mostly the prefill (`pld+h` 2.07x `ar` per code edit cut, 2.64x whole;
+docs/bench/2026-11-25-qwen1.5b-zen4-q8-prefetch and -whole).
 
 The `fix` task also measures edit quality: each output is run with its task's tests in a
 sandboxed process (`sandbox.py`), and the fix rate (tasks fixed / tasks tried) is reported beside
