@@ -15,8 +15,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from assistant import attention, decoding, models, tuning
 from assistant.decoding import decode
 from assistant.drafters import HiddenDraft, NoDraft
-from assistant.engine import Delta, Queued, Result, RewriteError, result_of
+from assistant.engine import CHAT_BUDGET, Delta, Queued, Result, RewriteError, result_of
 from assistant.kv_cache import preallocated_cache
+from assistant.long_documents import answer_budget
 from assistant.prompts import edit_prompt
 from assistant.tools import data
 
@@ -204,6 +205,16 @@ def test_closing_a_stream_early_releases_the_model(embedded, records):
 def test_bad_requests_raise_rewrite_error(embedded, document, instruction, options):
     with pytest.raises(RewriteError):
         embedded.rewrite(document, instruction, **options)
+
+
+def test_the_default_budget_is_a_whole_rewrite_within_the_context(embedded):
+    document = "def add(a, b):\n    return a + b\n"
+    prompt = embedded.prompt(document, "Add type hints.")
+    assert embedded.budget(prompt, document) == answer_budget(embedded.count_tokens(document))
+    assert embedded.budget(embedded.chat_prompt("Why?"), None) == CHAT_BUDGET
+    crowded = embedded.chat_prompt("word " * (embedded.loaded.context_length - 300))
+    room = embedded.loaded.context_length - len(crowded.ids)
+    assert 16 <= room < CHAT_BUDGET and embedded.budget(crowded, None) == room
 
 
 def test_selection_rewrite_attributes_into_the_whole_document(embedded, records):
