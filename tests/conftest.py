@@ -16,7 +16,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 
-from assistant import attention, tile_kernel  # noqa: E402
+from assistant.config import settings  # noqa: E402
+from assistant.kernels import gguf_bf16  # noqa: E402
+from assistant.model import attention  # noqa: E402
 
 TINY_VOCAB = 64
 
@@ -40,7 +42,7 @@ def tile_groups(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[t
     makes of them."""
     raw = random_blocks(kind, rows, features)
     reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))
-    return tile_kernel.repack(torch.from_numpy(raw), kind.value), reference
+    return gguf_bf16.repack(torch.from_numpy(raw), kind.value), reference
 
 
 def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
@@ -52,7 +54,7 @@ def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
                          initializer_range=initializer_range, bos_token_id=None, eos_token_id=None,
                          pad_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).to(torch.float32).eval()
-    model.set_attn_implementation(attention.NAME)  # as models.load does on CPU
+    model.set_attn_implementation(attention.NAME)  # as loading.load does on CPU
     return model
 
 
@@ -61,13 +63,13 @@ def packed_smollm2(kind: str, caplog):
     GGUF, logging what was carried over into `caplog`."""
     from transformers import AutoModelForCausalLM
 
-    from assistant import models, weights
+    from assistant.model import loading, weights
 
-    folder, _, _ = models.resolve("smollm2-135m")
+    folder, _, _ = loading.resolve("smollm2-135m")
     reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with caplog.at_level(logging.INFO, logger="assistant"):
-        weights.pack(model, kind, gguf=models.gguf_file("smollm2-135m"))
+        weights.pack(model, kind, gguf=loading.gguf_file("smollm2-135m"))
     return reference, model
 
 
@@ -100,7 +102,7 @@ def peaky_model():
 
 @pytest.fixture(scope="session")
 def embedded():
-    from assistant.engine import Assistant
+    from assistant.engine.assistant import Assistant
 
     assistant = Assistant(weights="float32")
     yield assistant
@@ -110,3 +112,11 @@ def embedded():
 @pytest.fixture(scope="session")
 def embedded_tokenizer(embedded):
     return embedded.loaded.tokenizer
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """Settings are read from the environment once per test, after what the test sets (monkeypatch.setenv)."""
+    settings.cache_clear()
+    yield
+    settings.cache_clear()

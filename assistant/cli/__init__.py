@@ -1,22 +1,38 @@
 """The `assistant` command: one subcommand per job.
 
 Each command is a module of this package that parses its options and calls the engine, a tool
-(`assistant/tools/`) or a front door (`lsp/`, `web/`); none of those imports a command back.
+(`assistant/bench/`) or a front door (`assistant/lsp/`, `assistant/web/`); none of those imports a
+command back. Only the module of the command being run is imported, so `assistant rewrite` never
+loads the language server's or the playground's libraries.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 
-from . import bench, calibrate, lsp, rewrite, web
-from .options import show_progress
+from assistant.cli.options import show_progress
+
+COMMANDS = {  # name: what `assistant --help` says of it; the module assistant.cli.<name> registers it
+    "rewrite": "rewrite files on an instruction",
+    "lsp": "run the language server (stdio, or --tcp HOST:PORT)",
+    "web": "serve the web playground",
+    "bench": "measure strategies on the benchmark data",
+    "calibrate": "find induction heads and the PLD+(h) layer for a model",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="assistant", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (rewrite, calibrate, bench, lsp, web):
-        command.register(commands)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, summary in COMMANDS.items():
+        if name == chosen:
+            importlib.import_module(f"assistant.cli.{name}").register(commands)
+        else:
+            commands.add_parser(name, help=summary)
     args = parser.parse_args(argv)
     show_progress()
     return args.run(args)

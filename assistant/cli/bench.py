@@ -1,4 +1,4 @@
-"""`assistant bench`: the options of the benchmark (`tools/bench.py`), checked before the model loads.
+"""`assistant bench`: the options of the benchmark (`assistant/bench/runner.py`), checked before the model loads.
 
     assistant bench --tasks code-edit,text-edit --strategies ar,hf-pld,pld,pld+h,pld+a --samples 5
 """
@@ -10,18 +10,18 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
-from ..engine import Assistant
-from ..models import ModelError
-from ..tools import bench, data
-from .options import add_model_options, interrupt_on_sigterm
+from assistant.bench import data, runner
+from assistant.cli.options import add_model_options, interrupt_on_sigterm
+from assistant.engine.assistant import Assistant
+from assistant.model.loading import ModelError
 
 
 def register(commands) -> None:
     parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
-    parser.add_argument("--tasks", default=",".join(bench.DEFAULT_TASKS),
+    parser.add_argument("--tasks", default=",".join(runner.DEFAULT_TASKS),
                         help=f"comma-separated: {', '.join(data.TASKS)}")
-    parser.add_argument("--strategies", default=",".join(bench.DEFAULT_STRATEGIES),
-                        help=f"comma-separated: {', '.join(bench.STRATEGIES)} (ar always runs: it is the reference)")
+    parser.add_argument("--strategies", default=",".join(runner.DEFAULT_STRATEGIES),
+                        help=f"comma-separated: {', '.join(runner.STRATEGIES)} (ar always runs: it is the reference)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
     parser.add_argument("--max-new-tokens", type=int,
                         help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
@@ -35,8 +35,8 @@ def register(commands) -> None:
 
 def run(args) -> int:
     try:
-        plan = bench.plan(args)
-    except bench.BenchError as error:
+        plan = runner.plan(args)
+    except runner.BenchError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
@@ -52,4 +52,4 @@ def run(args) -> int:
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
-    return 130 if bench.run(plan, assistant, args.model, load) else 0
+    return 130 if runner.run(plan, assistant, args.model, load) else 0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .. import tuning
-from ..engine import Assistant, RewriteError
-from ..models import ModelError
-from ..tools import calibration, data
-from .options import add_model_options
+from assistant.bench import calibration, data
+from assistant.cli.options import add_model_options
+from assistant.engine.assistant import Assistant, RewriteError
+from assistant.model import tuning
+from assistant.model.loading import ModelError
 
 
 def register(commands) -> None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from lsp.server import REQUEST_TIMEOUT, server
-
-from .options import add_model_options
+from assistant.cli.options import add_model_options
+from assistant.lsp.server import REQUEST_TIMEOUT, server
 
 
 def register(commands) -> None:

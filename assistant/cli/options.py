@@ -8,15 +8,16 @@ import logging
 import signal
 import sys
 
-from .. import models, weights
-from ..engine import DEFAULT_STRATEGY, STRATEGIES
+from assistant import config
+from assistant.engine.assistant import DEFAULT_STRATEGY, STRATEGIES
+from assistant.model import loading, weights
 
 
 def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) -> None:
     """The options every command that loads a model shares."""
-    parser.add_argument("--model", default=models.DEFAULT_MODEL,
-                        help=f"embedded name ({', '.join(models.EMBEDDED)}), model folder, .gguf file or hub id")
-    parser.add_argument("--weights", default=weights.DEFAULT, choices=weights.CHOICES,
+    parser.add_argument("--model", default=config.settings().model,
+                        help=f"embedded name ({', '.join(loading.EMBEDDED)}), model folder, .gguf file or hub id")
+    parser.add_argument("--weights", default=config.settings().weights, choices=weights.CHOICES,
                         help="the format of the linear layers: auto (the fastest measured on this machine), "
                              "float32, bfloat16, float16, int8, int4 or gguf (the GGUF's own blocks)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")

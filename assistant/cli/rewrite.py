@@ -26,14 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress as Bar, TaskProgressColumn, TextColumn
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn
+from rich.progress import Progress as Bar
 from rich.text import Text
 
-from .. import atomic
-from ..engine import Assistant, Delta, Result, RewriteError, check_instruction
-from ..models import ModelError
-from ..output import Span
-from .options import add_model_options, interrupt_on_sigterm
+from assistant import files
+from assistant.cli.options import add_model_options, interrupt_on_sigterm
+from assistant.engine.assistant import Assistant, Delta, Result, RewriteError, check_instruction
+from assistant.engine.output import Span
+from assistant.model.loading import ModelError
 
 USAGE, FAILED = 2, 1
 
@@ -229,8 +230,8 @@ def write_atomically(target: Path, data: bytes, source: Source, backup: bool) ->
             unchanged = False
         if not unchanged:
             raise Refused(f"{source.path}: changed on disk while it was being rewritten; not overwriting it")
-    with atomic.temporary_beside(target) as temporary:
-        atomic.write_synced(temporary, data)
+    with files.temporary_beside(target) as temporary:
+        files.write_synced(temporary, data)
         lost = keep_owner_and_mode(temporary, target)
         if backup:
             keep_backup(target)
@@ -241,7 +242,7 @@ def write_atomically(target: Path, data: bytes, source: Source, backup: bool) ->
 def keep_owner_and_mode(new: Path, old: Path) -> list[str]:
     """Give `new` the owner, group and mode of `old` (a new file's mode if there is none)."""
     if not old.exists():
-        os.chmod(new, atomic.new_file_mode())
+        os.chmod(new, files.new_file_mode())
         return []
     was, lost = os.stat(old), []
     try:
@@ -258,7 +259,7 @@ def keep_backup(target: Path) -> None:
     """Copy `target` to PATH~ (mode and times kept) in one step; a failed copy leaves nothing."""
     backup = target.with_name(target.name + "~")
     try:
-        with atomic.temporary_beside(backup) as copy:
+        with files.temporary_beside(backup) as copy:
             shutil.copy2(target, copy)
             os.replace(copy, backup)
     except OSError as error:

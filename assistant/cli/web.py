@@ -9,10 +9,9 @@ import argparse
 
 import uvicorn
 
-from web.app import create_app, server_config
-
-from ..engine import Assistant
-from .options import add_model_options
+from assistant.cli.options import add_model_options
+from assistant.engine.assistant import Assistant
+from assistant.web.app import create_app, server_config
 
 
 def register(commands) -> None:

@@ -1,0 +1,179 @@
+"""The decode loop: draft, verify the draft in one forward pass, keep exactly what plain decoding keeps.
+
+Invariant between steps: the context holds n tokens, the KV cache and the stored hidden states
+cover positions 0..n-2, and x[n-1] is the token chosen last, not yet fed. A step feeds
+[x[n-1], d_1..d_k], accepts the longest prefix of the draft that the model agrees with plus one
+token of its own, and crops the cache back to what was accepted. Greedy verification is
+token-identical to plain decoding; sampled verification accepts d_i with the model's
+probability p(d_i) and otherwise samples from p with d_i removed, which keeps the model's
+distribution exactly (the draft is a point mass).
+
+Every forward follows the row rules of `model.exactness`, so a verified draft sees the bits a
+one-token step would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
+from assistant.decoding.drafters import Context, Drafter
+from assistant.decoding.prefix_cache import PrefixCache, restore
+from assistant.decoding.verification import Sampling, verify_greedy, verify_sampled
+from assistant.model import exactness, transformer
+from assistant.model.kv_cache import preallocated_cache
+
+
+@dataclass
+class Step:
+    tokens: list[int]  # accepted tokens, EOS excluded
+    sources: list[int | None]  # context position each token was copied from
+    drafted: int
+    accepted: int  # drafted tokens the model accepted
+    seconds: float
+    finished: str | None = None  # "eos" or "length" when this step ends generation
+
+
+def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int):
+    with torch.inference_mode():
+        fed = torch.tensor([ids], device=model.device)
+        if transformer.fits(model):
+            return transformer.forward(model, fed, cache, hidden, logits_to_keep)
+        return model(input_ids=fed, cache=cache, use_cache=True, output_hidden_states=hidden,
+                     logits_to_keep=logits_to_keep)
+
+
+def start(model, prompt: list[int], capacity: int, layers: tuple[int, ...]) -> Context:
+    """A generation's context for up to `capacity` positions: the prompt's tokens, an empty KV cache."""
+    return Context.start(prompt, capacity, layers, model.config.get_text_config().hidden_size, model.dtype,
+                         model.device, preallocated_cache(model, capacity))
+
+
+def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | None, chunk: int = 0,
+            turn=contextlib.nullcontext, cancel: threading.Event | None = None) -> int:
+    """Fill the context's KV cache and hidden rows for positions 0..len(ids)-1: the longest prefix that
+    `prefixes` holds is restored (never all of it, so one forward runs), the rest computed, and the
+    whole stored back. With `chunk`, forwards of that many tokens, each inside `turn()` (so a caller
+    can let other work run between them) until `cancel` is set. Where every product computes a row
+    alike whatever the rows (`exactness.alike`), forwards of at most exactness.FEW tokens, whose
+    attention is row-exact too: a prompt then gets the same bits whether it is prefilled at once, in a
+    warm buffer's pieces or after a reused prefix. Returns the positions filled."""
+    layers = tuple(context.hidden)
+    fixed = exactness.fixed_shapes(model)
+    chunk = exactness.PROMPT_ROWS if fixed else chunk or (exactness.FEW if exactness.alike(model) else 0)
+    reused = 0
+    if prefixes is not None:
+        snapshot, reused = prefixes.lookup(ids, layers)
+        reused = max(0, min(reused, len(ids) - 1))
+        reused -= reused % exactness.PROMPT_ROWS if fixed else 0
+        if reused > 0:
+            restore(snapshot, reused, context.cache, context.hidden)
+    done = reused
+    while done < len(ids) and not (cancel is not None and cancel.is_set()):
+        with turn():
+            part = ids[done:done + chunk] if chunk else ids[done:]
+            rows = chunk if fixed else len(part)
+            out = forward(model, part + part[-1:] * (rows - len(part)), context.cache, bool(layers), 1)
+            context.cache.crop(len(part) - rows)
+            context.store_hidden(out.hidden_states or (), done, len(part))
+            done += len(part)
+            if prefixes is not None and done == len(ids):
+                prefixes.store(ids, context.cache, context.hidden)
+    return done
+
+
+def warm(model, ids: list[int], layers: tuple[int, ...], prefixes: PrefixCache, chunk: int, turn,
+         cancel: threading.Event | None = None) -> int:
+    """Prefill `ids` into `prefixes` alone, `chunk` tokens per turn: what a later prompt starting with
+    them restores instead of computing. Returns the positions computed or restored."""
+    capacity = exactness.padded(len(ids), exactness.PROMPT_ROWS) if exactness.fixed_shapes(model) else len(ids)
+    return prefill(model, ids, start(model, ids, capacity, layers), prefixes, chunk, turn, cancel)
+
+
+def step(model, context: Context, drafter: Drafter, k: int, sampling: Sampling,
+         generator: torch.Generator) -> tuple[list[int], int, list[int]]:
+    """One forward pass: draft up to `k` tokens, verify them, accept.
+
+    Feeds [x[n-1], d_1..d_k], keeps the longest prefix of the draft that the model agrees with
+    plus one token of its own, appends those to the context and crops the KV cache back to them,
+    so the invariant holds again. Where shapes are fixed, k must be under the step's rows. Returns
+    (the draft, the position it was copied after, the accepted tokens)."""
+    n = context.n
+    draft, origin = drafter.propose(context, k)
+    fed = [int(context.tokens[n - 1])] + draft
+    rows = exactness.STEP_ROWS[model.device.type] if exactness.fixed_shapes(model) else len(fed)
+    out = forward(model, fed + fed[-1:] * (rows - len(fed)), context.cache, bool(drafter.layers), rows)
+    logits = out.logits[0, :len(fed)]
+    if sampling.temperature > 0:
+        accepted, bonus = verify_sampled(logits, draft, sampling, generator)
+    else:
+        accepted, bonus = verify_greedy(logits, draft)
+    context.cache.crop(accepted + 1 - rows)  # negative: how many rejected (and padding) positions to drop
+    context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
+    context.append(draft[:accepted] + [bonus])
+    return draft, origin, draft[:accepted] + [bonus]
+
+
+def copied_sources(context: Context, origin: int, accepted: int, previous: int | None) -> list[int | None]:
+    """The context position each token of a step (the last accepted+1 of the context) was copied from.
+
+    The accepted draft tokens follow `origin`. The model's own token still counts as copied when it
+    is what follows the last copy: the last accepted one, or `previous`, the source of the token
+    the step was fed (which may itself be a token accepted in this step)."""
+    sources = [origin + 1 + i for i in range(accepted)]
+    last = sources[-1] if sources else previous
+    follows = last is not None and context.tokens[last + 1] == context.tokens[context.n - 1]
+    return sources + [last + 1 if follows else None]
+
+
+def trimmed(tokens: list[int], sources: list[int | None], eos: frozenset[int],
+            room: int) -> tuple[list[int], list[int | None], str | None]:
+    """A step's tokens (and their sources) cut before the first EOS and to the `room` left, and why
+    generation ends with them: "eos", "length", or None when it goes on."""
+    finished = None
+    if eos.intersection(tokens):
+        cut = next(i for i, t in enumerate(tokens) if t in eos)
+        tokens, sources, finished = tokens[:cut], sources[:cut], "eos"
+    if len(tokens) >= room:
+        tokens, sources, finished = tokens[:room], sources[:room], finished or "length"
+    return tokens, sources, finished
+
+
+def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
+           draft_tokens: int | AdaptiveDraftLength, sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
+           cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
+    """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
+
+    With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
+    (never all of it: the last prefilled position is recomputed so there is something to feed).
+    """
+    if cancel is not None and cancel.is_set():
+        return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
+    draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
+    fixed = exactness.fixed_shapes(model)
+    step_rows = exactness.STEP_ROWS[model.device.type] if fixed else draft_length.most + 1
+    prompt_rows = exactness.padded(len(prompt), exactness.PROMPT_ROWS) if fixed else len(prompt)
+    context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
+    generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
+    prefill(model, prompt[:-1], context, prefixes)
+    sources: list[int | None] = [None] * len(prompt)
+    produced = 0
+    while produced < max_new_tokens and not (cancel and cancel.is_set()):
+        started = time.perf_counter()
+        k = min(draft_length.choose(), max_new_tokens - produced - 1, step_rows - 1)
+        draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
+        accepted = len(tokens) - 1
+        draft_length.update(len(draft), accepted)
+        copied = copied_sources(context, origin, accepted, sources[-1])
+        tokens, copied, finished = trimmed(tokens, copied, eos, max_new_tokens - produced)
+        sources += copied
+        produced += len(tokens)
+        yield Step(tokens, copied, len(draft), accepted, time.perf_counter() - started, finished)
+        if finished:
+            return

@@ -1,0 +1,388 @@
+"""The public engine API that every front door (command line, language server, playground) calls.
+
+    assistant = Assistant("qwen2.5-coder-1.5b", strategy="pld+h", weights="auto")
+    for event in assistant.rewrite(document, "fix the bug"):
+        ...  # Queued, Delta (one per decoding step, with the running figures), then one Result
+    result = assistant.rewrite_text(document, "fix the bug")
+    events = assistant.run(Request(document, "fix the bug", selection=(0, 120), max_new_tokens=200))
+
+The keywords of `rewrite` are the fields of `Request`; a front door checks what it can before
+the model loads with `check_instruction` and `check_strategy`, which raise the RewriteError the
+engine itself would.
+
+A document (or selection) too long for one pass is split and rewritten piece by piece here
+(assistant/long_documents.py), so every front door gets the same plan and the same output
+budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
+did not finish.
+
+One generation runs at a time per loaded model; others wait their turn in arrival order and
+see their place in the queue as `Queued` events.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from assistant import config
+from assistant.decoding import draft_length
+from assistant.decoding.draft_length import AdaptiveDraftLength
+from assistant.decoding.drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
+from assistant.decoding.loop import Sampling, decode, warm
+from assistant.decoding.prefix_cache import PrefixCache, common_prefix
+from assistant.engine import long_documents
+from assistant.engine.events import Delta, Event, Queued, Result, Stats
+from assistant.engine.long_documents import answer_budget
+from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
+from assistant.engine.prompts import Prompt, Segment, build_prompt, edit_prompt
+from assistant.model import loading, tuning
+from assistant.model.exactness import fixed_shapes
+
+STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
+DEFAULT_STRATEGY = "pld+h"
+WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
+CHAT_BUDGET = 512
+
+log = logging.getLogger("assistant")
+
+
+class RewriteError(ValueError):
+    """A request the engine refuses; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One rewrite: what to change in which text, and how to decode. A chat turn uses the fields from
+    `strategy` on, its question standing as the document."""
+
+    document: str
+    instruction: str
+    selection: tuple[int, int] | None = None  # a character range: rewrite only that, the rest is context
+    references: tuple[str, ...] = ()  # other texts, shown read-only, that drafts may copy from
+    strategy: str | None = None  # one of STRATEGIES; None: the assistant's
+    max_new_tokens: int | None = None  # per pass (per piece of a long document); None: the output budget
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # the answer ends before the first of these
+    draft_tokens: int | None = None  # a fixed draft length; None: adaptive, up to the assistant's draft ceiling
+    max_piece_tokens: int | None = None  # a long document's pieces; None: as large as fits the context
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_k, self.top_p, self.seed)
+
+
+class TurnQueue:
+    """A first-come, first-served lock that can tell a waiter how many are ahead of it."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._line: deque[object] = deque()
+
+    def wait(self, ticket: object, cancel: threading.Event | None) -> Iterator[int]:
+        """Join the line and yield the number ahead each time it changes; return when it is our turn."""
+        with self._changed:
+            self._line.append(ticket)
+        reported = None
+        while True:
+            with self._changed:
+                ahead = self._line.index(ticket)
+                if ahead == 0 or (cancel is not None and cancel.is_set()):
+                    return
+                if ahead != reported:
+                    reported = ahead
+                else:
+                    self._changed.wait(timeout=0.2)
+                    continue
+            yield ahead
+
+    def leave(self, ticket: object) -> None:
+        with self._changed:
+            if ticket in self._line:
+                self._line.remove(ticket)
+            self._changed.notify_all()
+
+
+class Assistant:
+    """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
+    model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none)."""
+
+    def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
+                 device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None):
+        settings = config.settings()
+        self.strategy = check_strategy(strategy)
+        self.model = model or settings.model
+        self.loaded = loading.load(self.model, weights or settings.weights, device)
+        self.tuned = tuning.tuned(self.loaded)
+        self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
+        self.reuse_prefixes(settings.prefix_cache_mb if prefix_cache_mb is None else prefix_cache_mb)
+        self._queue = TurnQueue()
+        # Measured once per machine, then read; a padded step costs the same whatever its draft.
+        self.forward_costs = draft_length.FLAT if fixed_shapes(self.loaded.model) else draft_length.cached_costs(
+            self.loaded)
+        self._measuring = None
+        self._closing = threading.Event()
+        if self.forward_costs is None:
+            self.forward_costs = draft_length.PRIOR
+            log.info("measuring this machine's forward costs in the background (once per model and weights)")
+            self._measuring = threading.Thread(target=self._measure_costs, name="forward-costs", daemon=True)
+            self._measuring.start()
+
+    def reuse_prefixes(self, megabytes: int) -> None:
+        """From now on, reuse recent prompt prefixes kept in a fresh cache of `megabytes` (0: no reuse)."""
+        self.prefixes = PrefixCache(megabytes << 20) if megabytes > 0 else None
+
+    def _measure_costs(self) -> None:
+        costs = draft_length.measure_costs(self.loaded, self._background_turn, self._closing)
+        self.forward_costs = costs or self.forward_costs
+
+    def close(self) -> None:
+        """Stop background work and wait for the forward it is in, if any. A process that exits while a
+        thread is inside torch aborts ("terminate called without an active exception", SIGABRT): a
+        Ctrl-C during the first start's measurement did."""
+        self._closing.set()
+        if self._measuring is not None:
+            self._measuring.join()
+
+    @contextmanager
+    def _background_turn(self):
+        """One forward of background work, in turn with requests: a request waits for one at most."""
+        ticket = object()
+        try:
+            for _ in self._queue.wait(ticket, None):
+                pass
+            yield
+        finally:
+            self._queue.leave(ticket)
+
+    def warm(self, document: str, cancel: threading.Event | None = None) -> int:
+        """Prefill, at low priority, what every rewrite prompt of `document` shares whatever the instruction
+        (the chat start and the fenced document), into the prefix cache, so that the first rewrite of
+        an idle buffer starts without it. Each forward of WARM_CHUNK tokens is one turn in the request
+        queue: a request waits for one at most. Returns the prompt tokens now cached."""
+        try:
+            first, second = (self.prompt(document, instruction).ids for instruction in ("Fix it.", "Rewrite this."))
+        except RewriteError:  # nothing a rewrite could start from: an empty or binary buffer
+            return 0
+        shared = first[:common_prefix(np.asarray(first), np.asarray(second))]
+        if self.prefixes is None or len(shared) > self.loaded.context_length // 2:
+            return 0  # a buffer this long is rewritten in pieces, whose prompts differ
+        return warm(self.loaded.model, shared, self.drafter(self.strategy).layers, self.prefixes, WARM_CHUNK,
+                    self._background_turn, cancel)
+
+    def measured_costs(self) -> dict[int, float]:
+        """The forward-cost curve, waiting for the background measurement if one is running."""
+        if self._measuring is not None:
+            self._measuring.join()
+        return self.forward_costs
+
+    def drafter(self, strategy: str) -> Drafter:
+        if strategy == "ar":
+            return NoDraft()
+        if strategy == "pld":
+            return NgramDraft()
+        if strategy == "pld+h":
+            return HiddenDraft(self.tuned.hidden_layer)
+        return AttentionDraft(self.loaded.model, self.tuned.heads[:self.tuned.head_count])
+
+    def prompt(self, document: str, instruction: str, selection: tuple[int, int] | None = None,
+               references: tuple[str, ...] = ()) -> Prompt:
+        check_request(document, instruction, selection)
+        return edit_prompt(self.loaded.tokenizer, instruction, document, selection, references)
+
+    def chat_prompt(self, question: str, history: tuple[dict, ...] = ()) -> Prompt:
+        """The prompt of a plain chat turn after `history`; attribution points into `question`."""
+        if not isinstance(question, str) or not question.strip():
+            raise RewriteError("the question is empty")
+        return build_prompt(self.loaded.tokenizer, [Segment(question, 0)], system=None, history=history)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def budget(self, prompt: Prompt, rewritten: str | None) -> int:
+        """The most new tokens an answer to `prompt` gets unless the request says otherwise: room for a whole
+        rewrite of the text `rewritten` (`answer_budget`), or CHAT_BUDGET for a chat turn (None), within the
+        model's context."""
+        wanted = CHAT_BUDGET if rewritten is None else answer_budget(self.count_tokens(rewritten))
+        return max(1, min(self.loaded.context_length - len(prompt.ids), wanted))
+
+    def rewrite(self, document: str, instruction: str, *, cancel: threading.Event | None = None,
+                **options) -> Iterator[Event]:
+        """Stream the rewrite of `document` as events: `run(Request(document, instruction, **options))`."""
+        return self.run(Request(document, instruction, **options), cancel)
+
+    def run(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Stream the rewrite of the request's document (or of its selection) as events.
+
+        A text too long for one pass is rewritten in pieces, `max_new_tokens` applying to each; the
+        events read as one rewrite of the whole. A bad request raises RewriteError here, before
+        anything runs; closing the returned iterator early releases the model for the next request.
+        """
+        document, selection = request.document, request.selection
+        check_request(document, request.instruction, selection)
+
+        def one_pass(part: tuple[int, int] | None) -> Iterator[Event]:
+            prompt = self.prompt(document, request.instruction, part, request.references)
+            return self._start(prompt, request, part or (0, len(document)), cancel)
+
+        region = selection or (0, len(document))
+        pieces = long_documents.plan(self, document, request.instruction, selection, request.references,
+                                     request.max_piece_tokens)
+        if pieces == [region]:
+            return one_pass(selection)
+        return long_documents.rewrite(document, region, pieces, one_pass, cancel)
+
+    def chat(self, question: str, *, history: tuple[dict, ...] = (), cancel: threading.Event | None = None,
+             **options) -> Iterator[Event]:
+        """Answer a plain chat turn (the benchmark's Spec-Bench tasks); `options` are Request's fields from
+        `strategy` on; attribution points into `question`."""
+        prompt = self.chat_prompt(question, history)
+        return self._start(prompt, Request(question, "", **options), None, cancel)
+
+    def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
+               cancel: threading.Event | None) -> Iterator[Event]:
+        """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn)."""
+        strategy = check_strategy(request.strategy or self.strategy)
+        room = self.loaded.context_length - len(prompt.ids)
+        max_new_tokens = request.max_new_tokens
+        if max_new_tokens is None:
+            max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
+        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, request.temperature,
+                         request.top_k, request.top_p)
+        draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling)
+        generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
+                                    cancel)
+        return self._in_turn(generation, cancel)
+
+    def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:
+        ticket = object()
+        try:
+            for ahead in self._queue.wait(ticket, cancel):
+                yield Queued(ahead)
+            yield from generation
+        finally:
+            generation.close()
+            self._queue.leave(ticket)
+
+    def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
+                  max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
+                  cancel: threading.Event | None) -> Iterator[Event]:
+        document = request.document
+        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence)
+        positions = list(prompt.sources)  # document span of every context position, output included
+        shown: list[Span] = []
+        started = time.perf_counter()
+        first_token = None
+        steps = drafted = accepted = 0
+        stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
+
+        def totals() -> Stats:
+            return Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
+                         first_token or 0.0)
+
+        with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
+                            draft_tokens=draft_tokens, sampling=request.sampling, eos=self.loaded.eos, cancel=cancel,
+                            prefixes=self.prefixes)) as steps_iter:
+            for step in steps_iter:
+                steps += 1
+                drafted, accepted = drafted + step.drafted, accepted + step.accepted
+                first_token = first_token or time.perf_counter() - started
+                for source in step.sources:  # a source may be a token accepted earlier in this same step
+                    positions.append(None if source is None else positions[source])
+                spans = positions[len(positions) - len(step.sources):]
+                text, tokens = output.add(step.tokens, spans)
+                shown += tokens
+                yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds, totals())
+                if output.ended:
+                    stopped = output.ended
+                    break
+                stopped = step.finished or stopped
+            if stopped == "length" and cancel is not None and cancel.is_set():
+                stopped = "cancelled"
+        text, tokens = output.finish()
+        shown += tokens
+        final = output.text
+        newline = missing_final_newline(final, document[slice(*target)] if target else "", stopped == "eos")
+        text, final = text + newline, final + newline
+        stats = totals()
+        if text:
+            yield Delta(text, tokens, 0, 0, 0, 0.0, stats)
+        yield Result(final, merge_spans(shown), stats, stopped, self.model, self.loaded.weights, shown,
+                     [target] if target else [])
+
+    def shown(self, prompt: Prompt, document: str, target: tuple[int, int] | None,
+              tokens: list[int]) -> tuple[str, int, bool]:
+        """What a pass would show had the model made `tokens` (cut at EOS and where the answer ends, the final
+        newline as a rewrite adds it), how many of them it would count, and whether they end the answer: so
+        that the bench compares another generator's output exactly."""
+        ended = next((i for i, t in enumerate(tokens) if t in self.loaded.eos), None)
+        tokens = tokens[:ended]
+        output = OutputText(self.loaded.tokenizer, document, fence=prompt.fence)
+        output.add(tokens, [None] * len(tokens))
+        output.finish()
+        target_text = document[slice(*target)] if target else ""
+        newline = missing_final_newline(output.text, target_text, ended is not None or output.ended == "eos")
+        return output.text + newline, output.tokens, ended is not None or output.ended is not None
+
+    def rewrite_text(self, document: str, instruction: str, **options) -> Result:
+        """Run a rewrite to the end and return its Result."""
+        return result_of(self.rewrite(document, instruction, **options))
+
+
+def result_of(events: Iterator[Event]) -> Result:
+    """Drain an event stream and return its final Result."""
+    with closing(events):
+        for event in events:
+            if isinstance(event, Result):
+                return event
+    raise AssertionError("the engine ended without a result")
+
+
+def check_strategy(strategy: str) -> str:
+    """The strategy, if the engine has it; a front door may check it before the model loads."""
+    if strategy not in STRATEGIES:
+        raise RewriteError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def check_instruction(instruction: str) -> str:
+    """The instruction, if it says something; a front door may check it before the model loads."""
+    if not instruction.strip():
+        raise RewriteError("the instruction is empty: say what to change")
+    return instruction
+
+
+def check_request(document: str, instruction: str, selection: tuple[int, int] | None) -> None:
+    if not isinstance(document, str) or not isinstance(instruction, str):
+        raise RewriteError("document and instruction must be text")
+    check_instruction(instruction)
+    if not document.strip():
+        raise RewriteError("the document is empty: there is nothing to rewrite")
+    if "\x00" in document:
+        raise RewriteError("the document looks binary (it contains NUL characters)")
+    if selection is not None:
+        start, end = selection
+        if not (0 <= start < end <= len(document)):
+            raise RewriteError(f"selection {start}:{end} is not a non-empty range inside the document "
+                               f"(0:{len(document)})")
+
+
+def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context: int, temperature: float,
+                     top_k: int, top_p: float) -> None:
+    if room < 16:
+        raise RewriteError(f"the prompt is {prompt_tokens} tokens, too long for the model's context of {context} "
+                           f"tokens; rewrite a selection or split the document")
+    if not 1 <= max_new_tokens <= room:
+        raise RewriteError(f"max_new_tokens must be between 1 and {room} here (the model's context is {context} "
+                           f"tokens and the prompt takes {prompt_tokens})")
+    if not 0 <= temperature < float("inf") or top_k < 0 or not 0 < top_p <= 1:  # NaN fails every comparison
+        raise RewriteError("temperature must be a number >= 0, top_k >= 0 and top_p in (0, 1]")

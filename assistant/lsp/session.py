@@ -1,0 +1,373 @@
+"""One rewrite's life in the editor, for the language server's handlers: stream the engine's output
+into the buffer (`rewrite`, `stream`, `write`), follow the user's edits (`follow_edits`), accept or
+reject the result, and say where each output piece came from (hover, highlights, the
+`assistant/attribution` notification). The state of one rewrite is `lsp.rewrite.Rewrite`; the
+handlers in `lsp.server` only unpack their parameters and call these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
+
+from assistant import Delta, Queued, RewriteError, check_instruction
+from assistant.engine import aio
+from assistant.lsp import ranges
+from assistant.lsp.rewrite import Rewrite
+
+if TYPE_CHECKING:
+    from assistant.lsp.server import AssistantServer
+
+EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-highlight on each
+FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anything else is unfinished
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+ATTRIBUTION = "assistant/attribution"
+
+
+def check_text(uri: str, text: str) -> None:
+    """Refuse a document that is not valid Unicode: a lone surrogate cannot be tokenized, encoded or edited."""
+    if found := LONE_SURROGATE.search(text):
+        position = ranges.position_at(text, found.start())
+        raise JsonRpcInvalidParams(f"{uri} has a lone surrogate (U+{ord(found.group()):04X}) at line "
+                                   f"{position.line + 1}, character {position.character + 1}; "
+                                   "it is not valid Unicode text")
+
+
+def open_document(ls: AssistantServer, uri: str):
+    # get_text_document would read an unopened file from disk; we only edit buffers the editor owns
+    document = ls.workspace.text_documents.get(uri)
+    if document is None:
+        raise JsonRpcInvalidParams(f"{uri} is not open")
+    return document
+
+
+async def engine(ls: AssistantServer):
+    """The loaded model, waiting (with a progress bar) while it loads; an error if loading failed."""
+    try:
+        if not ls.engine.done():
+            async with progress(ls, "Assistant", "loading model"):
+                await asyncio.wrap_future(ls.engine)
+        return ls.engine.result()
+    except Exception as error:  # noqa: BLE001 - whatever broke the load is the request's answer
+        raise JsonRpcInvalidRequest(f"the model failed to load: {error}") from error
+
+
+class progress:
+    """Work-done progress for one job; a no-op for clients that cannot show it."""
+
+    def __init__(self, ls: AssistantServer, title: str, message: str, cancel: threading.Event | None = None):
+        self.ls, self.title, self.message, self.cancel = ls, title, message, cancel
+        self.token: str | None = None
+        self.outcome: str | None = None  # shown when the progress ends
+
+    async def __aenter__(self):
+        window = self.ls.client_capabilities.window
+        if window is None or not window.work_done_progress:
+            return self
+        token = str(uuid.uuid4())
+        try:
+            await answer_within(self.ls, self.ls.work_done_progress.create_async(token))
+        except Exception:  # noqa: BLE001 - a client that refuses (or never answers) still gets its rewrite
+            return self
+        self.token = token
+        self.ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+            title=self.title, message=self.message, cancellable=self.cancel is not None))
+        if self.cancel is not None:  # window/workDoneProgress/cancel cancels this future
+            self.ls.work_done_progress.tokens[token].add_done_callback(lambda _: self.cancel.set())
+        return self
+
+    def report(self, message: str) -> None:
+        if self.token is not None:
+            self.ls.work_done_progress.report(self.token, types.WorkDoneProgressReport(message=message))
+
+    async def __aexit__(self, *exc):
+        if self.token is not None:
+            self.ls.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=self.outcome))
+            self.ls.work_done_progress.tokens.pop(self.token, None)
+
+
+async def answer_within(ls: AssistantServer, request):
+    """The client's answer to a request of ours, or TimeoutError once `request_timeout` passes; the
+    request is shielded so a late answer still finds its future."""
+    return await asyncio.wait_for(asyncio.shield(request), ls.request_timeout)
+
+
+async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types.Range | None) -> dict:
+    """Run one rewrite, streaming it into the buffer; returns the engine's result plus the URI."""
+    try:
+        check_instruction(instruction)
+    except RewriteError as error:
+        raise JsonRpcInvalidParams(str(error)) from error
+    check_text("the instruction", instruction)
+    document = open_document(ls, uri)
+    text = document.source
+    check_text(uri, text)
+    try:
+        selection = ranges.offsets_of(text, target, ls.encoding) if target is not None else None
+    except ValueError as error:
+        raise JsonRpcInvalidParams(f"the range is outside the document: {error}") from error
+    model = await engine(ls)
+    document = open_document(ls, uri)  # it may have changed or closed while the model loaded
+    if document.source != text:
+        raise JsonRpcInvalidRequest(f"{uri} changed while the model loaded; ask again")
+    current = ls.rewrites.get(uri)
+    if current is not None and current.running:
+        raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
+    start, end = selection or (0, len(text))
+    job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()))
+    ls.rewrites[uri] = job
+    msg_id = ls.protocol.msg_id
+    ls.requests[msg_id] = job.cancel
+    try:
+        references = tuple(d.source for u, d in ls.workspace.text_documents.items()
+                           if u != uri and d.source.strip()) if ls.draft_from_open_buffers else ()
+        try:
+            # rewrite() tokenizes and may time the model once: keep it off the event loop
+            events = await asyncio.to_thread(model.rewrite, text, instruction, selection=selection,
+                                             cancel=job.cancel, references=references)
+        except Exception as error:  # RewriteError, and anything else the engine refuses with
+            raise JsonRpcInvalidParams(str(error)) from error
+        result = await stream(ls, job, events, model.loaded.context_length)
+    except BaseException:
+        if ls.rewrites.get(uri) is job:
+            del ls.rewrites[uri]
+        raise
+    finally:
+        job.running = False
+        ls.requests.pop(msg_id, None)
+    if job.closed:
+        raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
+    if job.held:
+        send_attribution(ls, job)
+    return answer_of(job, result)
+
+
+def answer_of(job: Rewrite, result) -> dict:
+    """The command's answer: the engine's result as the buffer holds it (the original target, when an
+    unfinished answer was taken back), its offsets in that text."""
+    answer = result.to_json()
+    if job.restored:
+        answer["text"], answer["spans"] = job.target, []
+    else:
+        answer["text"], at = job.shown(result.text), job.shown_offset(result.text)
+        for span in answer["spans"]:
+            span["output"] = [at(span["output"][0]), at(span["output"][1])]
+    answer.update(uri=job.uri, id=job.id, conflict=not job.held, restored=job.restored)
+    return answer
+
+
+async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
+    """Apply the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the final one:
+    the answer if it finished, else the original target text, so no unfinished answer stays."""
+    received = aio.events(events, job.cancel)
+    output, token_spans, written, last_edit = "", [], None, 0.0
+    result = failure = None
+    async with progress(ls, "Assistant rewrite", "starting", job.cancel) as bar:
+        async for event in received:
+            if isinstance(event, BaseException):
+                failure = event
+            elif isinstance(event, Queued):
+                bar.report(f"waiting for the model: {event.ahead} ahead")
+            elif isinstance(event, Delta):
+                output += event.text
+                token_spans += event.tokens
+                if time.monotonic() - last_edit >= EDIT_INTERVAL and output != written and job.held:
+                    bar.report(f"{event.totals.tokens_per_second:.0f} tokens/s, "
+                               f"{event.totals.mean_accepted:.2f} tokens per step")
+                    await write(ls, job, output, token_spans)
+                    written, last_edit = output, time.monotonic()
+            else:
+                result = event
+                bar.outcome = event.stopped
+    finished = failure is None and result.stopped in FINISHED and not job.refused
+    if finished and job.held and not job.closed:
+        await write(ls, job, result.text, result.spans)
+        finished = not job.refused
+    if not finished and job.held and not job.closed:
+        if job.written:
+            await write(ls, job, job.target, [])
+        job.restored = job.known[job.start:job.end] == job.target
+        job.undo = None if job.restored else job.undo  # nothing to reject: the original is back
+        report_unfinished(ls, job, failure or job.refused or result, context)
+    if failure is not None:
+        raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
+    return result
+
+
+def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> None:
+    """Say why the answer was not applied, and what would let it finish."""
+    if isinstance(why, str):
+        reason = why
+    elif isinstance(why, BaseException):
+        reason = f"the rewrite failed: {why}"
+    elif why.stopped == "cancelled":
+        reason = "the rewrite was cancelled"
+    elif why.stats.prompt_tokens + why.stats.new_tokens >= context - 1:
+        reason = (f"the document needs more room than the model's context of {context} tokens has, so the "
+                  "answer stopped early; rewrite a selection instead of the whole document")
+    else:
+        reason = (f"the answer reached its limit of {why.stats.new_tokens} new tokens (about twice the "
+                  "target's length) before it finished; rewrite a smaller selection or ask for less")
+    kept = "the original text is back" if job.restored else "the buffer keeps what was written; use undo"
+    ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                   message=f"assistant: {reason}; {kept}"))
+
+
+async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> None:
+    """Put `output` over the rewrite's target, unless the user edited the target meanwhile."""
+    async with ls.editing[job.uri]:
+        if job.closed:
+            return
+        document = open_document(ls, job.uri)
+        job.follow(document.source)
+        if not job.held:
+            stop_for_typing(ls, job)
+            return
+        version, before = document.version, document.source
+        output = job.shown(output)
+        expected = before[:job.start] + output + before[job.end:]
+        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
+            edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end, job.encoding), new_text=output)])])
+        job.editing = True
+        try:
+            answer = await apply_edit(ls, edit, "assistant")
+        finally:
+            job.editing = False
+    if job.closed:
+        return
+    now = ls.workspace.text_documents[job.uri]
+    # Neovim answers applied=true even when it skipped a stale edit, so the version must have moved too;
+    # if the edit did not land, `known` stays the text before it and the next follow() sees the truth.
+    if answer.applied and now.version is not None and version is not None and now.version > version:
+        job.wrote(output, expected, token_spans)
+        job.follow(now.source)
+        if not job.held:
+            stop_for_typing(ls, job)
+    elif not answer.applied and now.version == version:  # refused, not overtaken by typing: stop generating
+        job.refused = f"the editor did not apply an edit ({answer.failure_reason or 'no reason given'})"
+        job.cancel.set()
+
+
+async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str) -> types.ApplyWorkspaceEditResult:
+    """Send `workspace/applyEdit`; a client that fails it or does not answer in time counts as refusing."""
+    try:
+        return await answer_within(ls, ls.workspace_apply_edit_async(
+            types.ApplyWorkspaceEditParams(edit=edit, label=label)))
+    except TimeoutError:
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason=f"no answer in {ls.request_timeout:g} s")
+    except Exception as error:  # noqa: BLE001 - an error answer is a refusal with a reason
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason=str(error))
+
+
+def stop_for_typing(ls: AssistantServer, job: Rewrite) -> None:
+    if not job.cancel.is_set():
+        job.cancel.set()
+        ls.window_show_message(types.ShowMessageParams(
+            type=types.MessageType.Warning,
+            message="assistant: you edited the text being rewritten, so the rewrite stopped; your typing is kept"))
+
+
+def follow_edits(ls: AssistantServer, uri: str) -> None:
+    """Keep a finished rewrite's target and attribution on the edited text; re-send what no longer holds."""
+    job = ls.rewrites.get(uri)
+    if job is None or job.running or uri not in ls.workspace.text_documents:
+        return
+    before = len(job.spans)
+    job.follow(ls.workspace.text_documents[uri].source)
+    if len(job.spans) != before:
+        send_attribution(ls, job)
+
+
+def send_attribution(ls: AssistantServer, job: Rewrite) -> None:
+    document = ls.workspace.text_documents.get(job.uri)
+    ls.protocol.notify(ATTRIBUTION, job.attribution(document.version if document else None))
+
+
+def close(ls: AssistantServer, uri: str) -> None:
+    """The editor closed the document: its rewrite stops, and nothing of it is kept."""
+    if (job := ls.rewrites.pop(uri, None)) is not None:
+        job.closed = True
+        job.cancel.set()
+
+
+def cancel(uri: str, job: Rewrite | None) -> dict:
+    if job is None or not job.running:
+        return {"uri": uri, "cancelled": False}
+    job.cancel.set()
+    return {"uri": uri, "cancelled": True}
+
+
+def accept(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
+    if job is None or job.running:
+        raise JsonRpcInvalidRequest(f"{uri} has no finished rewrite to accept")
+    job.undo = None
+    follow_edits(ls, uri)
+    send_attribution(ls, job)
+    return {"uri": uri, "id": job.id, "accepted": True}
+
+
+async def reject(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
+    """Put the original text back over the rewritten range, exactly; a newer rewrite started meanwhile stays."""
+    if job is None or job.running or job.undo is None:
+        raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
+    async with ls.editing[uri]:
+        document = open_document(ls, uri)
+        job.follow(document.source)
+        if job.undo is None:
+            raise JsonRpcInvalidRequest("the rewritten text was edited since; use the editor's undo")
+        version = document.version  # the document object changes in place when the edit lands
+        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+            edits=[types.TextEdit(range=job.range_at(job.start, job.end), new_text=job.undo)])])
+        answer = await apply_edit(ls, edit, "assistant: reject")
+    now = ls.workspace.text_documents.get(uri)
+    if not answer.applied or now is None or now.version is None or version is None or now.version <= version:
+        raise JsonRpcInvalidRequest(f"the editor did not restore the original text: {answer.failure_reason or 'stale'}")
+    if ls.rewrites.get(uri) is job:
+        del ls.rewrites[uri]
+        ls.protocol.notify(ATTRIBUTION, {"uri": uri, "version": now.version, "spans": []})
+    return {"uri": uri, "id": job.id, "rejected": True}
+
+
+def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hover | None:
+    found = attribution_at(ls, uri, position)
+    if found is None:
+        return None
+    job, span = found
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=job.describe(span)),
+                       range=job.range_at(span[0], span[1]))
+
+
+def highlights(ls: AssistantServer, uri: str, position: types.Position) -> list[types.DocumentHighlight] | None:
+    """The sources of the output under the cursor, where that source text still exists in the document."""
+    found = attribution_at(ls, uri, position)
+    if found is None:
+        return None
+    job, (_, _, c, d) = found
+    try:
+        start, end = ranges.map_range(c, d, ranges.changes(job.original, job.known))
+    except ranges.Conflict:
+        return []
+    return [types.DocumentHighlight(range=job.range_at(start, end), kind=types.DocumentHighlightKind.Read)]
+
+
+def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
+    job = ls.rewrites.get(uri)
+    document = ls.workspace.text_documents.get(uri)
+    if job is None or document is None:
+        return None
+    job.follow(document.source)
+    try:
+        offset = ranges.offset_at(document.source, position, job.encoding)
+    except ValueError:
+        return None
+    spans = job.spans_at(offset)
+    return (job, spans[0]) if spans else None

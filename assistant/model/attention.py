@@ -1,0 +1,234 @@
+"""Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
+
+The kernel is registered with transformers as "assistant".
+
+Two measurements decided it, both on the project's 2-core machines:
+- torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
+  bfloat16 query: 1.2 ms per layer over 2,000 keys, more than half of a one-token step, against
+  0.05-0.2 ms in float32. So the KV cache is kept in float32 (`kv_cache.preallocated_cache`) and
+  attention runs in float32 whatever the model's dtype; only the few new positions of each step are
+  converted. The cache doubles in size for a bfloat16 model, which is small next to its weights
+  (2,000 positions of SmolLM2-135M: 92 MB).
+- The fused kernel computes a query's row differently depending on how many queries come with it
+  (on the AMD EPYC, for every count from 1 to 32 against 1,500 keys, by about 1e-7), so a verified
+  draft could see other numbers than plain decoding. Steps of up to `FEW` queries (every decode
+  step and verification) therefore take two matrix products and a softmax. For the Qwen models'
+  shapes (6 and 7 query heads per key head) MKL then gives each row the same bits whatever the
+  count; for SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel
+  the exactness tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query
+  over 1,500 keys of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
+- A row must also not depend on how many keys lie past the ones it sees. Draft token i of a
+  verification sees the keys up to its own position, the later ones masked; the one-token step at
+  that position has no later keys. MKL sums the probabilities' product with the values in another
+  order for another count of keys (99 of 100 counts from 300 to 399 gave other bits with the masked
+  keys' zero probabilities than without them), and on Qwen2.5-Coder-0.5B, 1 of 10 code edits came out
+  other than `ar`'s in a bench run. So every product runs over the keys a query sees rounded up to
+  a multiple of `KEYS`, read from the cache's buffer past its end (`kv_cache` rounds its capacity up
+  and starts it at zeros), the rest masked: a row of a verification and its one-token step then
+  multiply the same shapes and the same numbers, the masked positions' zeros times whatever lies
+  there. It costs about 30 us a layer for a step (130 against 101 us over 1,500 keys of the 1.5B's
+  shapes, medians of runs taking turns), 25 to 40 for 11 to 25 queries. A cache without room past
+  its end (transformers' own, in `hf-pld`) gets products over exactly its keys, not row-exact.
+- On CPU, `attention_avx2.cpp` (`kernel_queries`) takes those steps instead: each query row alone,
+  over exactly the keys it sees, one fixed sequence of operations (see its source), so rows are alike
+  whatever the count of queries and keys, SmolLM2's shapes too, with nothing read past the end. One
+  query over 1,500 keys of the 1.5B's layer: 77 against 172 us (its 3 MB of keys and values warm in
+  L3; in the model, where they come from memory, about 180 us); 16 queries: 1.02 against 0.98 ms
+  (each row's own chains, at about two thirds of the FMA peak). In the model on gguf-q8 after 1,500
+  tokens (the two taking turns in one process, best of 6 x 3, Zen 4 EPYC): a one-token step 37.1
+  against 42.0 ms, a 16-token verification 149.6 against 158.3. A task is then one key head's rows
+  of all the queries, its keys and values read once for them: a verification's attention 29.6 against
+  34.2 ms when each query was a task (the same way, in another run). Rows of a task share the keys
+  and values they load, three at a time (the source has the measurement): in the model, a 16-token
+  verification 121.1 against 128.8 ms, a prefill 7.97 against 8.24 s. `few_queries` stays for other
+  devices. A decoder's steps call it through `projected`, which also rotates the queries and keys and
+  writes the cache, reading the projections as they come.
+- Tried and dropped: a float16 cache (as llama.cpp keeps it), converted to float32 a block of keys or
+  values at a time for every row to read. Over 1,500 keys of the 1.5B's 28 layers, each out of cache:
+  one query 121 against 203 us a layer (2.3 ms of a step), but 16 queries 1,302 against 1,019 (8 ms
+  of a verification, which `pld+h` takes more of than steps), and the logits of 16 rows moved by up to
+  0.9 (of 28.7) from the float32 cache's.
+- A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
+  CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
+  the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
+  36 ms in float32 (casts included; 2-core Xeon, model 167), at a relative error of 3e-3, what
+  rounding the activations to bfloat16 costs the products already (`tile_kernel`). The model's
+  1,500-token prefill on gguf-bf16: 4.7 s against 5.2 (the two taking turns, best of 3), the same
+  next token. Without AMX (the AVX2 EPYC) bfloat16 is emulated, and prefill stays float32; on the
+  Zen 4 EPYC, with AVX512-BF16 but no AMX, the same 1,500 queries took 53 ms in bfloat16 against 51
+  in float32 (casts included, best of 5), so there too.
+
+`head_attention` recomputes the attention probabilities of a few (layer, head) pairs for a few
+query positions from their hidden states and the cached keys, without a forward pass: PLD+(a)
+drafting (drafters.AttentionDraft) and calibration (which finds the induction heads) share it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from assistant.kernels.attention_avx2 import DIMS, KERNEL
+from assistant.model.exactness import FEW
+
+NAME = "assistant"
+KEYS = 256  # a row-exact path's products run over a multiple of this many keys (see few_queries)
+PREFILL = torch.bfloat16 if torch.cpu._is_amx_tile_supported() else torch.float32  # more queries, on CPU
+
+
+def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask, scaling: float,
+              dropout: float = 0.0, **kwargs) -> tuple[torch.Tensor, None]:
+    """Causal attention of queries [batch, heads, q, dim] that are the last q positions of one unpadded
+    sequence's keys [batch, kv_heads, k, dim], in the keys' dtype; returns [batch, q, heads, dim]."""
+    queries, keys = query.shape[2], key.shape[2]
+    if queries <= FEW and kernel_takes(key, value):
+        out = kernel_queries(query.to(key.dtype), key, value, scaling)
+    elif queries <= FEW:
+        out = few_queries(query.to(key.dtype), key, value, scaling)
+    else:
+        # Queries after cached positions see all of them: the causal mask is aligned bottom-right.
+        mask = None if queries == keys else torch.ones(queries, keys, dtype=torch.bool,
+                                                       device=query.device).tril(keys - queries)
+        dtype = PREFILL if key.dtype == torch.float32 and key.device.type == "cpu" else key.dtype
+        out = F.scaled_dot_product_attention(query.to(dtype), key.to(dtype), value.to(dtype), attn_mask=mask,
+                                             is_causal=mask is None, scale=scaling, enable_gqa=True).transpose(1, 2)
+    return out.to(query.dtype), None
+
+
+def kernel_takes(key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether `kernel_queries` takes this cache: float32 on a CPU with the kernel, positions side by side."""
+    return (key.device.type == "cpu" and key.dtype == value.dtype == torch.float32 and key.shape[-1] in DIMS
+            and key.stride() == value.stride() and key.stride(-1) == 1 and key.stride(-2) == key.shape[-1]
+            and KERNEL.usable())
+
+
+def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+    """`few_queries` by `attention_avx2.cpp`, each query row over exactly the keys it sees, computed alone."""
+    batch, heads, queries, dim = query.shape
+    query = query.contiguous()
+    out = query.new_empty(batch, queries, heads, dim)
+    if KERNEL.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
+                               key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr()):
+        raise ValueError(f"attention_avx2.cpp takes heads of {', '.join(map(str, DIMS))} values, not {dim}")
+    return out
+
+
+def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              layer, scaling: float) -> torch.Tensor | None:
+    """A decoder layer's attention straight from its projections, by `attention_avx2.cpp`: query
+    [1, q, heads x dim], key and value [1, q, kv_heads x dim] as the products leave them, rotated there by
+    cos and sin [1, q, dim] as transformers' apply_rotary_pos_emb does, the key and value written into
+    `layer` (a `kv_cache.PreallocatedLayer`); returns [1, q, heads, dim], the bits of rotating, updating
+    the cache and `attention`. None, with nothing done, where the kernel does not take them (more than FEW
+    queries, another device or dtype, a cache without room). Rotating in torch, writing the cache and
+    making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
+    (`weights.products` has the measurement of both)."""
+    queries, dim = query.shape[1], cos.shape[-1]
+    if not (query.shape[0] == 1 and queries <= FEW and query.dtype == key.dtype == value.dtype == torch.float32
+            and getattr(layer, "is_initialized", False) and kernel_takes(layer.key_buffer, layer.value_buffer)
+            and layer.key_buffer.shape[-1] == dim and layer.length + queries <= layer.capacity):
+        return None
+    heads, kv_heads = query.shape[-1] // dim, key.shape[-1] // dim
+    out = query.new_empty(1, queries, heads, dim)
+    query, key, value, cos, sin = (t.contiguous() for t in (query, key, value, cos, sin))
+    KERNEL.library().attend_projected(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(),
+                                      sin.data_ptr(), heads, queries, dim, layer.key_buffer.data_ptr(),
+                                      layer.value_buffer.data_ptr(), kv_heads, layer.length, layer.capacity, scaling,
+                                      out.data_ptr())
+    layer.advance(queries)
+    return out
+
+
+def few_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+    """softmax(q k^T * scaling + causal mask) v, each query row computed as a step of that query alone
+    computes it: query [b, h, q, d], key and value [b, kv_h, k, d] (h a multiple of kv_h, q <= k);
+    returns [b, q, h, d]. Query i sees the first k - q + 1 + i keys; its products run over those
+    rounded up to a multiple of KEYS (the rest masked: zero probabilities), read from the cache's
+    buffer past k where it has room (`widened`)."""
+    batch, heads, queries, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    first = keys - queries + 1  # keys the first query sees
+    low, high = -(-first // KEYS) * KEYS, -(-keys // KEYS) * KEYS  # its span and the last query's
+    wide_key, wide_value = widened(key, high), widened(value, high)
+    if wide_key is None or wide_value is None:  # a cache without room past k: over the k keys, not exact
+        low = high = keys
+    else:
+        key, value = wide_key, wide_value
+    # Rows query-major ([b, kv_h, q, group, d] as [b, kv_h, q group, d]): a span's queries are a block.
+    rows = query.new_empty(batch, kv_heads, queries, group, dim)
+    torch.mul(query.view(batch, kv_heads, group, queries, dim).transpose(2, 3), scaling, out=rows)
+    scores = torch.matmul(rows.view(batch, kv_heads, queries * group, dim), key.transpose(-1, -2))
+    if first < high:  # query i sees keys up to first + i - 1
+        scores.view(batch, kv_heads, queries, group, high)[..., first:].masked_fill_(
+            future(queries, high - first, query.device), float("-inf"))
+    probabilities = torch.softmax(scores, dim=-1)
+    if low == high:
+        out = torch.matmul(probabilities, value)
+    else:  # a draft crossing a multiple of KEYS: the queries before it, then those after
+        split = (low - first + 1) * group
+        out = torch.cat([torch.matmul(probabilities[:, :, :split, :low], value[:, :, :low]),
+                         torch.matmul(probabilities[:, :, split:], value)], dim=2)
+    return out.view(batch, kv_heads, queries, group, dim).transpose(1, 2).reshape(batch, queries, heads, dim)
+
+
+@functools.lru_cache(maxsize=256)
+def future(queries: int, width: int, device: torch.device) -> torch.Tensor:
+    """[queries, 1, width]: key first + c is masked for query i where c >= i."""
+    return torch.ones(queries, width, dtype=torch.bool, device=device).triu()[:, None]
+
+
+def widened(cached: torch.Tensor, length: int) -> torch.Tensor | None:
+    """`cached` [b, h, n, d], a view of a longer buffer, over its first `length` >= n positions (those
+    past n hold keys or values of rejected drafts, or zeros: finite, and met only by zero
+    probabilities); None where the buffer ends before."""
+    if length == cached.shape[2]:
+        return cached
+    size = (*cached.shape[:2], length, cached.shape[3])
+    end = cached.storage_offset() + sum((n - 1) * stride for n, stride in zip(size, cached.stride())) + 1
+    if end * cached.element_size() > cached.untyped_storage().nbytes():
+        return None
+    return cached.as_strided(size, cached.stride(), cached.storage_offset())
+
+
+def fits(config) -> bool:
+    """Whether `attention` computes what the model's own attention would: every layer attends to all
+    earlier positions (no sliding window) and the scores are not soft-capped."""
+    config = config.get_text_config()
+    windowed = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    return (not windowed and all(kind == "full_attention" for kind in layer_types)
+            and getattr(config, "attn_logit_softcapping", None) is None)
+
+
+AttentionInterface.register(NAME, attention)
+
+
+@torch.inference_mode()
+def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: dict[int, torch.Tensor],
+                   positions: torch.Tensor) -> torch.Tensor:
+    """Attention probabilities [heads, queries, keys] of the given heads for the query `positions`.
+
+    `hidden[L]` holds the inputs of decoder layer L at those positions ([queries, width]); the
+    keys come from the cache, already rotated, so only the queries need projecting and rotating.
+    """
+    span = int(positions.max()) + 1
+    future = torch.arange(span, device=positions.device)[None, :] > positions[:, None]
+    rows = []
+    for layer, heads in heads_by_layer.items():
+        block = model.model.layers[layer]
+        attn = block.self_attn
+        normed = block.input_layernorm(hidden[layer][None])
+        query = attn.q_proj(normed).view(1, len(positions), -1, attn.head_dim).transpose(1, 2)[:, heads]
+        cos, sin = model.model.rotary_emb(normed, positions[None])
+        query, _ = apply_rotary_pos_emb(query, query, cos, sin)
+        kv_heads = torch.tensor(heads, device=query.device) // attn.num_key_value_groups
+        keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
+        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attn.scaling
+        rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
+    return torch.cat(rows)
+

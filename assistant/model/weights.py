@@ -1,0 +1,535 @@
+"""Compact linear weights: what `--weights` stores for each matrix product and which kernel runs it.
+
+A GGUF is dequantized to float32 when it is converted, and a float32 model reads 4 to 8 times the
+bytes llama.cpp reads per token. Every linear layer (the output head included) is therefore
+replaced by a compact one; norms, embeddings and attention stay as they are. Measured on a
+2-core AMD EPYC (AVX2, no AVX512), torch 2.13, 2 threads: random matrices of the shapes of the
+196 linear layers of Qwen2.5-Coder-1.5B without its head, one pass over all of them, best of 2
+(`ms for 1 / 4 / 16 / 64 rows`; float16 alone on the machine, the others beside other work at a
+load of about 2.5, so their figures are upper bounds):
+
+    float32, MKL `F.linear`                            280 / 790 / 1080 / 2090
+    float16, fbgemm (`linear_dynamic_fp16`)            124 / 135 /  377 / 1168
+    int8 per channel, `_weight_int8pack_mm`, bf16 act   85 / 148 /  592 / 2325
+    int4 group 32, `_weight_int4pack_mm_for_cpu`       102 / 148 /  632 / 2231
+
+`gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...), regrouped by 8 outputs, and runs
+them through our AVX2 kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16,
+81 / 121 / 423 / 1399 against fbgemm's 140 / 168 / 403 / 1381. Its groups take 1.1 GB against
+float16's 2.6 GB: loaded and after a forward, Qwen2.5-Coder-1.5B's process peaked at 1.6 GB
+resident against 9.6 GB (6.1 GB of it the float32 file's pages that packing reads, which the kernel
+may reclaim), and it loaded in 8 s against 29 s (caches warm; measured on the blocks as shipped,
+0.1 GB smaller). Layers a GGUF holds in other types, and every layer of a model that came without a
+GGUF, are quantized to Q8_0.
+
+fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
+rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
+for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
+AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
+one-token step. So `auto` measures the formats on this machine once (about 5 s, cached per CPU,
+thread count, torch, the formats offered and the block kernel's source) and takes the fastest for
+the products of a code edit with the default strategy (`EDIT`: a 1,500-token prompt as 6 products
+of 256 rows, and 25 verifications of 16 rows, 32 for bfloat16, whose steps decoding pads to 32 rows;
+they were 32 rows for all until a Zen 4 EPYC, below, scored bfloat16 within 1% of gguf-bf16 while
+its padded one-token step took 4x gguf-bf16's). On the (Zen 3) EPYC, one 8960x1536 matrix: float32 586 ms,
+bfloat16 3012, float16 358, int8 735, int4 794, gguf 428; 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
+float16 117, gguf 147. So `auto` is float16 there. gguf's one-token step is 1.7x faster than
+float16's, but past 64 rows it multiplies through MKL in float32, slower than fbgemm's float16 at
+256 rows (47 against 37 ms), and its 32-row verifications only tie; in `assistant bench` on
+Qwen2.5-Coder-1.5B (1 code and 1 text edit, same run) `pld+h` made 7.7 and 11.9 tokens/s with gguf
+against 8.6 and 13.5 with float16, while `ar` made 4.4 and 6.3 with gguf. Scoring a one-token
+step and a 16-row verification alone had picked gguf.
+
+On a 2-core Intel Xeon with AMX and AVX512-BF16 (`lscpu`: model 167, 480 MB of L3), oneDNN runs
+bfloat16 products on AMX tiles, and `auto` scored the same products at bfloat16 137 ms, float16
+712, float32 852, int4 908, gguf 1230, int8 1247: bfloat16 there, until `gguf-bf16` ran the GGUF's
+own blocks on the same tiles (`tile_kernel`): 64 ms against bfloat16's 78 in another run (float32
+333, float16 249, int4 411, int8 436, gguf 325), so `auto` takes it there. In the model (Qwen2.5-Coder-1.5B,
+after 1,536 tokens, best of 3 or 4), bfloat16 took 188 ms for one row, 206 for 16 and 251 for 32,
+and 4.4 to 5.5 s for the 1,536-token prefill; gguf 99, 389 and 645 ms and 18.0 s; int4 83, 343 and
+643 ms and 29.1 s. A one-token step reads the weights (3.1 GB in bfloat16), more rows nearly
+nothing more, so verification is almost free; bfloat16 steps are padded to 32 rows for exactness
+(`decoding`), which costs plain decoding what verification costs.
+
+On a 2-core AMD EPYC of the Zen 4 kind (`lscpu`: family 25, model 17; AVX512-BF16 and VNNI, no AMX),
+`gguf-bf16` runs on VDPBF16PS (`tile_kernel`), and `auto` scored gguf-bf16 178 ms, bfloat16 180,
+float16 322, int4 387, gguf 424, int8 450, float32 540 with verifications of 32 rows for all; the
+1.5B's products of one row took 37 ms against bfloat16's 153 (and 342 padded to 32 rows). From 4 rows
+VDPBF16PS bounds them, so `gguf-q8` quantizes the activations to 8 bits, as llama.cpp does, for
+VPDPBUSD's 64 products an instruction (`q8_kernel`). The 1.5B's 197 matrices (random Q4_K blocks),
+same run, ms for 1 / 2 / 4 / 8 / 16 / 32 / 256 rows:
+
+    gguf-q8      23 / 29 / 31-35 / 48 / 91 / 178 / 1421
+    gguf-bf16    37 / 45 /    85 / 119 / 206 / 322-419 / 1933
+
+and in the model after 1,500 tokens (best of 5, the engines taking turns): a step 47.1 ms against
+66.9 (llama.cpp 37.6), a 16-token verification 160 against 254 (llama.cpp 280), the prefill 10.5 s
+against 12.8 (llama.cpp 17.0). `auto` scored gguf-q8 90, gguf-bf16 141, bfloat16 177, float16 271,
+int4 319, gguf 337, int8 360, float32 440: gguf-q8 there. Its activations' rounding moves SmolLM2's
+logits 3.4% (root mean square) from the float32 model's, against 0.7% for gguf-bf16's bfloat16; on
+the first 10 HumanEvalFix tasks of the bench the 1.5B's `pld+h` wrote the same 10 texts on both and
+fixed the same 6 as float32 did on the Xeon (`docs/bench/2026-11-25-qwen1.5b-zen4-fix-q8/`).
+
+Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
+bit for bit. torch's int8 and int4 kernels and our three kernels compute each row alone (up to 64
+rows for gguf's and gguf-bf16's: a longer prefill goes through MKL, or through bfloat16 weights;
+gguf-q8's whatever the rows). fbgemm's float16 kernel
+rounds a row differently when the batch has 1, 2, 7, 14, 31, 32, ... rows (2 threads, AVX2),
+so `Float16Linear` pads a batch to the next size that computes every row as a large batch
+does; the sizes are probed once when the model is packed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import safetensors
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
+from safetensors import SafetensorError
+from torch import nn
+
+from assistant import files
+from assistant.kernels import gguf_avx2, gguf_bf16, gguf_vnni
+from assistant.model import gguf_blocks
+from assistant.model.exactness import PADDED_ROWS
+
+FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")
+CHOICES = ("auto",) + FORMATS
+COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that replace the linear layers of a float32 model
+FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
+INT4_GROUP = 32
+PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
+
+log = logging.getLogger("assistant")
+
+
+class WeightsError(ValueError):
+    """A --weights value this machine cannot run; the message names the choices."""
+
+
+def available(device: torch.device) -> tuple[str, ...]:
+    """The formats this device runs."""
+    return tuple(f for f in FORMATS if runs(f, device))
+
+
+def runs(weights: str, device: torch.device) -> bool:
+    """Whether this device runs `weights`; the formats on our kernels build them to know (once per machine)."""
+    if device.type != "cpu":
+        return weights in ("float32", "bfloat16", "float16")
+    if weights == "float16":
+        return "fbgemm" in torch.backends.quantized.supported_engines
+    return weights not in KERNELS or KERNELS[weights].usable()
+
+
+def check(weights: str, device: torch.device) -> str:
+    if weights not in CHOICES:
+        raise WeightsError(f"unknown weights {weights!r}: use one of {', '.join(CHOICES)}")
+    if weights != "auto" and not runs(weights, device):
+        why = f" ({KERNELS[weights].failure()})" if weights in KERNELS and device.type == "cpu" else ""
+        raise WeightsError(f"weights {weights!r} do not run on {device.type} here{why}: use one of "
+                           f"auto, {', '.join(available(device))}")
+    return weights
+
+
+class Float16Linear(nn.Module):
+    """y = x W^T + b with W in fbgemm's packed float16; x, y and the sums in float32."""
+
+    def __init__(self, linear: nn.Linear, pad: list[int]):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(),
+                                                             None if linear.bias is None else linear.bias.detach())
+        self.pad = pad  # pad[m]: the batch size to compute m rows in (see the module docstring)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        m = rows.shape[0]
+        if m < len(self.pad) and self.pad[m] != m:
+            rows = torch.cat([rows, rows.new_zeros(self.pad[m] - m, self.in_features)])
+        out = torch.ops.quantized.linear_dynamic_fp16(rows.contiguous(), self.packed)[:m]
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class QuantizedLinear(nn.Module):
+    """y = x W^T + b through one of torch's CPU kernels for integer weights, which take x in bfloat16
+    and compute each row alone. Subclasses name their stored tensors (`KEYS`) and make them."""
+
+    KEYS: tuple[str, ...]
+
+    def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
+        super().__init__()
+        for key in self.KEYS:
+            self.register_buffer(key, tensors[key])
+        self.register_buffer("bias", bias)
+        self.in_features, self.out_features = in_features, tensors[self.KEYS[0]].shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.product(x.reshape(-1, self.in_features).to(torch.bfloat16)).float()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class Int8Linear(QuantizedLinear):
+    """W as int8 with one bfloat16 scale per output."""
+
+    KEYS = ("q", "scales")  # [out, in] int8, [out] bfloat16
+
+    @staticmethod
+    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        scales = (weight.abs().amax(1) / 127).clamp(min=1e-12)
+        return {"q": (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8),
+                "scales": scales.to(torch.bfloat16)}
+
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scales)
+
+
+class Int4Linear(QuantizedLinear):
+    """W in groups of 32 inputs, 4 bits each with a bfloat16 scale and offset per group:
+    w = (q - 8) * scale + offset."""
+
+    KEYS = ("packed", "scales")  # torch's CPU int4 layout [out, in / 2] uint8; [in / 32, out, 2] bfloat16
+
+    @staticmethod
+    def quantize(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, features = weight.shape
+        groups = weight.reshape(out, features // INT4_GROUP, INT4_GROUP)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-12)
+        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(out, features)
+        return Int4Linear.from_codes(q, scale, low + 8 * scale)
+
+    @staticmethod
+    def from_codes(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The stored tensors of w = (codes - 8) * scale + offset: codes [out, in] in 0..15, scale and
+        offset [out, in / 32]."""
+        return {"packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1),
+                "scales": torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
+
+    @staticmethod
+    def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The stored tensors of a linear layer from a GGUF's own 4-bit blocks (`gguf_blocks`), or None
+        where the GGUF holds it in another form, or where they do not give back `weight`, which was
+        dequantized from them (so a mapping mistake can only cost the carry-over, never the model)."""
+        found = gguf_blocks.layer_blocks(name, blocks, config)
+        codes = found and gguf_blocks.int4_codes(found[0], found[1].numpy())
+        if codes is None or codes[0].shape != weight.shape:
+            return None
+        tensors = Int4Linear.from_codes(*codes)
+        scale, offset = (codes[i].to(torch.bfloat16).float() for i in (1, 2))
+        groups = (codes[0] - 8).reshape(*scale.shape, INT4_GROUP) * scale[..., None] + offset[..., None]
+        close = (groups.reshape(weight.shape) - weight).abs().amax() <= 0.01 * weight.abs().amax()
+        return tensors if close else None
+
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales)
+
+
+class GgufLinear(nn.Module):
+    """y = x W^T + b with W in a GGUF's own blocks, laid out once for a kernel (`KERNEL.repack`: groups
+    of `KERNEL.OUTPUTS` outputs) and multiplied by it (`products`); x, y and the sums in float32."""
+
+    KEYS = ("groups", "kind")  # [out / OUTPUTS, bytes per group] uint8; [1] the GGML block type
+    KERNEL: ModuleType  # gguf_avx2, tile_kernel or q8_kernel
+
+    def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
+        super().__init__()
+        self.register_buffer("groups", tensors["groups"])
+        self.register_buffer("bias", None if bias is None else bias.float().contiguous())
+        self.kind = int(tensors["kind"])
+        self.in_features, self.out_features = in_features, self.groups.shape[0] * self.KERNEL.OUTPUTS
+        self.KERNEL.check(self.groups, self.kind, in_features)
+        self.library = self.KERNEL.library()
+        self.calls: dict[tuple[nn.Module, ...], tuple] = {}  # `products`' calls that start with this layer
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Q8_0: one float16 scale and 32 int8 codes per 32 weights, as GGUF's own quantizer makes them."""
+        kind = GGMLQuantizationType.Q8_0.value
+        blocks = torch.from_numpy(gguf_quants.quantize(weight.numpy(), GGMLQuantizationType.Q8_0))
+        return {"groups": cls.KERNEL.repack(blocks, kind), "kind": torch.tensor([kind])}
+
+    @classmethod
+    def carried(cls, name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The GGUF's own blocks of a linear layer, laid out, or None where the kernel does not take
+        their type or they do not give back `weight` (dequantized from them) exactly."""
+        found = gguf_blocks.layer_blocks(name, blocks, config)
+        if found is None or found[0].value not in cls.KERNEL.KINDS:
+            return None
+        kind, rows, first = found[0].value, found[1], cls.KERNEL.MULTIPLE
+        if rows.shape[0] != weight.shape[0] or not torch.equal(cls.KERNEL.dequantize(
+                cls.KERNEL.library(), cls.KERNEL.repack(rows[:first], kind), kind, weight.shape[1]), weight[:first]):
+            return None
+        return {"groups": cls.KERNEL.repack(rows, kind), "kind": torch.tensor([kind])}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return products(x, (self,))[0]
+
+
+class BlockLinear(GgufLinear):
+    """Groups of 8 outputs through the AVX2 kernel (`block_kernel`): float32 activations, a matrix a call."""
+
+    KERNEL = gguf_avx2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.KERNEL.linear(self.library, x.reshape(-1, self.in_features).float(), self.groups, self.kind,
+                                 self.in_features)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class TileLinear(GgufLinear):
+    """Groups of 16 outputs through the tile kernel (`tile_kernel`, on AMX or AVX512-BF16): activations
+    rounded to bfloat16 there."""
+
+    KERNEL = gguf_bf16
+
+
+class Q8Linear(GgufLinear):
+    """The same groups through VPDPBUSD (`q8_kernel`): activations quantized to 8 bits per 32 inputs (256 for K-quants)."""
+
+    KERNEL = gguf_vnni
+    ROWS_ALIKE = True  # every row computed alike whatever the rows, a prefill's too (`exactness.alike`)
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear, "gguf-q8": Q8Linear}
+KERNELS = {f: QUANTIZED[f].KERNEL for f in ("gguf", "gguf-bf16", "gguf-q8")}  # formats that run on a kernel of ours
+FROM_GGUF = ("int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that carry a GGUF's blocks over
+
+
+def products(x: torch.Tensor, layers: tuple[nn.Module, ...]) -> list[torch.Tensor]:
+    """x [..., in] times each of `layers`' weights (linear layers over the same inputs: a decoder layer's
+    q, k and v, its gate and up), [..., out] each. Layers of one tile or q8 kernel take one call of it,
+    their biases added there (in float32, as torch adds them: the same bits as layer by layer); others go
+    one by one. A layer alone went through 13 us of Python, ctypes and an addition of its bias beside its
+    kernel (k_proj's 5.5 us, one row); q, k and v together take one pass and one parallel region. With
+    `attention.projected`, the 1.5B's one-token step after 1,500 tokens took 41.0 ms against 43.7, a
+    16-token verification 130.4 against 135.1 (medians of 100 and 40, taking turns in one process, Zen 4
+    EPYC, gguf-q8); the 0.5B's 19.3 against 21.5 and 55.3 against 58.7; the same logits."""
+    call = getattr(layers[0], "calls", {}).get(layers) or _call(layers)
+    if call is None:
+        return [layer(x) for layer in layers]
+    linears, function, table, widths, total = call
+    rows = x.reshape(-1, x.shape[-1]).float().contiguous()
+    y = linears(function, rows, table, total)
+    if len(widths) == 1:
+        return [y.view(*x.shape[:-1], total)]
+    parts = y.split([rows.shape[0] * width for width in widths])
+    return [part.view(*x.shape[:-1], width) for part, width in zip(parts, widths)]
+
+
+def _call(layers: tuple[nn.Module, ...]) -> tuple | None:
+    """`products`' call of `layers`, kept by the first (the table holds their buffers' addresses, the
+    layers hold the buffers), or None where they do not share a kernel that takes several matrices."""
+    first = layers[0]
+    if not (isinstance(first, GgufLinear) and hasattr(first.KERNEL, "FUNCTION")
+            and all(type(layer) is type(first) and layer.in_features == first.in_features for layer in layers)):
+        return None
+    table = torch.tensor([first.KERNEL.entry(layer.groups, layer.kind, layer.bias) for layer in layers])
+    widths = tuple(layer.out_features for layer in layers)
+    function = getattr(first.library, first.KERNEL.FUNCTION)
+    first.calls[layers] = (first.KERNEL.linears, function, table, widths, sum(widths))
+    return first.calls[layers]
+
+
+def fits(weights: str, linear: nn.Linear) -> bool:
+    """Whether this layer's shape suits the format's kernel (int4 packs groups of 32, two per byte;
+    the GGUF formats take blocks of 32 inputs and outputs by 8, or by 16 on AMX)."""
+    return (weights not in FROM_GGUF or linear.in_features % INT4_GROUP == 0) and (
+        weights not in KERNELS or linear.out_features % QUANTIZED[weights].KERNEL.MULTIPLE == 0)
+
+
+def linears(model: nn.Module) -> list[str]:
+    return [name for name, module in model.named_modules() if type(module) is nn.Linear]
+
+
+def consistent_sizes(in_features: int) -> list[int]:
+    """pad[m] for m < PROBED_ROWS: the smallest batch of at least m rows whose every row fbgemm
+    computes bitwise as in a batch of PROBED_ROWS rows, with this many threads and inputs."""
+    generator = torch.Generator().manual_seed(0)
+    packed = torch.ops.quantized.linear_prepack_fp16(torch.randn(64, in_features, generator=generator), None)
+    x = torch.randn(PROBED_ROWS, in_features, generator=generator)
+    reference = torch.ops.quantized.linear_dynamic_fp16(x, packed)
+    good = [m for m in range(1, PROBED_ROWS)
+            if torch.equal(torch.ops.quantized.linear_dynamic_fp16(x[:m].contiguous(), packed), reference[:m])]
+    good.append(PROBED_ROWS)
+    return [0] + [next(g for g in good if g >= m) for m in range(1, PROBED_ROWS)]
+
+
+def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None,
+         gguf: Path | None = None) -> dict[str, torch.Tensor]:
+    """Replace the linear layers of a float32 `model` by `weights` ones, in place.
+
+    int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
+    int4 carries over the 4-bit blocks of `gguf` (the file the model was converted from) where it
+    has them, and the rest is quantized; returns the tensors to store (none for float16, whose
+    packed form lives in fbgemm). Layers are packed on as many threads as torch uses: the
+    kernels' packing releases the GIL.
+    """
+    names = [name for name in linears(model) if fits(weights, model.get_submodule(name))]
+    widths = {model.get_submodule(name).in_features for name in names}
+    pads = {width: consistent_sizes(width) for width in widths} if weights == "float16" else {}
+    kind = QUANTIZED.get(weights)
+    blocks = gguf_blocks.blocks(gguf) if weights in FROM_GGUF and stored is None and gguf is not None else {}
+    carried: list[str] = []
+
+    def compact(name: str) -> tuple[str, nn.Module, dict[str, torch.Tensor]]:
+        linear = model.get_submodule(name)
+        if weights == "float16":
+            return name, Float16Linear(linear, pads[linear.in_features]), {}
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        weight = linear.weight.detach().float()
+        tensors = stored and {key: stored[f"{name}.{key}"] for key in kind.KEYS}
+        if not tensors and blocks and (tensors := kind.carried(name, weight, blocks, model.config)):
+            carried.append(name)
+        tensors = tensors or kind.quantize(weight)
+        return name, kind(tensors, bias, linear.in_features), {f"{name}.{key}": t for key, t in tensors.items()}
+
+    to_store: dict[str, torch.Tensor] = {}
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        for name, module, tensors in pool.map(compact, names):
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, module)
+            to_store.update(tensors)
+    if blocks:
+        log.info("%s: %d of %d layers carried over from the GGUF's blocks, the rest quantized",
+                 weights, len(carried), len(names))
+    return to_store
+
+
+EDIT = {256: 6, 16: 25}  # rows of a product: how many of them a code edit of the bench's runs with `pld+h`
+# (Qwen2.5-Coder-1.5B: a 1,500-token prompt, then 22 to 27 verifications of 9 to 14 accepted tokens each)
+
+
+def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
+    """Seconds of the products a code edit of the default strategy runs (`EDIT`), through each format,
+    on a random matrix of the model's MLP shape, a bfloat16 step as decoding pads it (`PADDED_ROWS`);
+    formats are interleaved and the fastest of 5 rounds of each size kept, so that other load hurts
+    them alike."""
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(in_features, out_features, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=generator) * 0.02)
+    runs = {}
+    for weights in available(device):
+        if weights == "float32":
+            runs[weights] = linear
+        elif weights == "bfloat16":
+            runs[weights] = lambda x, w=linear.weight.detach().to(torch.bfloat16): F.linear(x.to(w.dtype), w)
+        elif weights == "float16":
+            runs[weights] = Float16Linear(linear, [])
+        elif weights in KERNELS:  # random codes in what a 4-bit GGUF holds most: Q4_K, Q5_0 where rows are not 256 long
+            kind = GGMLQuantizationType.Q4_K if in_features % 256 == 0 else GGMLQuantizationType.Q5_0
+            per, size = gguf_avx2.KINDS[kind.value]
+            blocks = torch.randint(0, 256, (out_features, in_features // per, size), dtype=torch.uint8, generator=generator)
+            blocks[..., :4] = torch.tensor([0x2E66, 0x2E66], dtype=torch.int16).view(torch.uint8)  # float16 scales of 0.1
+            layer = QUANTIZED[weights]
+            runs[weights] = layer({"groups": layer.KERNEL.repack(blocks.reshape(out_features, -1), kind.value),
+                                   "kind": torch.tensor([kind.value])}, None, in_features)
+        else:
+            runs[weights] = QUANTIZED[weights](QUANTIZED[weights].quantize(linear.weight.detach()), None, in_features)
+    inputs = {rows: torch.randn(max(rows, PADDED_ROWS), in_features, generator=generator) for rows in EDIT}
+    best = {(weights, rows): float("inf") for weights in runs for rows in inputs}
+    with torch.inference_mode():
+        for _ in range(5):
+            for weights, run in runs.items():
+                for rows, x in inputs.items():
+                    started = time.perf_counter()
+                    run(x if weights == "bfloat16" else x[:rows])
+                    best[weights, rows] = min(best[weights, rows], time.perf_counter() - started)
+    return {weights: sum(count * best[weights, rows] for rows, count in EDIT.items()) for weights in runs}
+
+
+def choose(config, device: torch.device, cache: Path) -> str:
+    """`auto`: bfloat16 (or float32) on a GPU; on a CPU the format measured fastest here, once."""
+    if device.type != "cpu":
+        return "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    text = config.get_text_config()
+    shape = (text.hidden_size, text.intermediate_size)
+    offered = available(device)
+    key = (f"{platform.machine()}-{cpu_name()}-{torch.get_num_threads()}t-torch{torch.__version__}-{shape[0]}x{shape[1]}"
+           f"-{'-'.join(offered)}{''.join(f'-{KERNELS[f].stamp()}' for f in offered if f in KERNELS)}"
+           f"-{'-'.join(f'{count}x{rows}' for rows, count in EDIT.items())}")
+    path = cache / "weights" / f"auto-{''.join(c if c.isalnum() or c in '.-' else '_' for c in key)}.json"
+    saved = files.read_json(path)
+    if isinstance(saved, dict) and saved.get("weights") in offered:
+        return saved["weights"]
+    scores = timed_formats(device, *shape)
+    chosen = min(scores, key=scores.get)
+    save(path, json.dumps({"weights": chosen, "seconds": scores}).encode())
+    return chosen
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def save(path: Path, data: bytes) -> None:
+    """Write a cache file whole or not at all; where the cache is read-only, what was measured or
+    packed is simply used from memory."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_atomically(path, data)
+    except OSError:
+        pass
+
+
+def pack_cached(model: nn.Module, weights: str, path: Path, gguf=None) -> None:
+    """`pack`, with int8 and int4 tensors read from `path` when a complete file for this very model
+    is there; otherwise quantized (int4 from the GGUF that `gguf()` returns, where given) and
+    written there atomically for the next load. A file that is truncated, corrupt or for other
+    shapes is never used: it is quantized again and replaced."""
+    stored = read_stored(model, weights, path) if weights in QUANTIZED else None
+    to_store = pack(model, weights, stored, gguf() if stored is None and gguf is not None else None)
+    if stored is None and to_store:
+        save(path, safetensors.torch.save(to_store, metadata=layout(weights)))
+
+
+def layout(weights: str) -> dict[str, str]:
+    """What a packed file of `weights` says of itself beside its tensors: the kernel's layout of the
+    blocks, which a kernel may change while every size stays the same."""
+    return {"layout": str(QUANTIZED[weights].KERNEL.LAYOUT)} if weights in KERNELS else {}
+
+
+def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.Tensor] | None:
+    try:
+        stored = safetensors.torch.load_file(str(path))
+        with safetensors.safe_open(str(path), "pt") as f:
+            written = f.metadata() or {}
+    except (OSError, SafetensorError, ValueError, RuntimeError):
+        return None
+    if any(written.get(key) != value for key, value in layout(weights).items()):
+        return None  # the same sizes laid out otherwise, by an older kernel
+    # safetensors places tensors 8 bytes apart. torch's int8 kernel on an AVX512 Xeon reads 4 or more rows
+    # with aligned loads: on weights 8 bytes off a 16-byte boundary it died (segmentation fault), at 16, 32
+    # or 48 it ran. So each tensor goes where torch itself would allocate it: 64-byte aligned.
+    stored = {name: t if t.data_ptr() % 64 == 0 else t.clone() for name, t in stored.items()}
+    kind = QUANTIZED[weights]
+    expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
+    if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
+        return None
+    rows = kind.KERNEL.OUTPUTS if weights in KERNELS else 1  # outputs per stored row
+    if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] * rows != linear.out_features for name, linear in expected.items()):
+        return None
+    if weights in KERNELS and not all(stored[f"{name}.kind"].numel() == 1 and kind.KERNEL.holds(
+            stored[f"{name}.groups"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
+        return None
+    return stored

@@ -1,0 +1,479 @@
+"""The web playground: a FastAPI app that streams rewrites over a websocket and serves a static page.
+
+Laid out as FastAPI's documentation lays out an app: plain endpoint functions on a router, the model
+reached through a dependency (`model`, which a test swaps with `app.dependency_overrides`) and loaded
+by the lifespan on a thread of its own (`assistant.aio`, shared with the language server).
+
+    assistant web --port 8000      # then open http://127.0.0.1:8000/
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+
+from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
+from assistant.bench import data
+from assistant.engine import aio
+
+STATIC = Path(__file__).parent / "static"
+MAX_DOCUMENT_CHARS = 200_000
+MAX_INSTRUCTION_CHARS = 10_000
+MAX_NEW_TOKENS = 4096
+# The largest valid request: every character of the text written as a JSON escape pair (12 bytes).
+MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
+MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
+MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
+STILL_LOADING = "the model is still loading; try again in a moment"
+
+
+# ---------------------------------------------------------------- request and response models
+
+class RewriteRequest(BaseModel):
+    """One rewrite: the document, what to change, and how to decode."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    document: str = Field(max_length=MAX_DOCUMENT_CHARS, description="the text to rewrite")
+    instruction: str = Field(max_length=MAX_INSTRUCTION_CHARS, description="what to change")
+    strategy: str | None = Field(None, description=f"one of {', '.join(STRATEGIES)}; the server default when left out")
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 decodes greedily")
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS,
+                                       description="the most tokens to generate; about twice the document when left out")
+
+    @field_validator("strategy")
+    @classmethod
+    def known_strategy(cls, value: str | None) -> str | None:
+        return value if value is None else check_strategy(value)  # RewriteError is a ValueError
+
+
+class SpanModel(BaseModel):
+    output: tuple[int, int] = Field(description="character range in the output text")
+    source: tuple[int, int] | None = Field(description="character range in the document it was copied from")
+
+
+class RewriteResponse(BaseModel):
+    type: Literal["done"] = "done"
+    text: str
+    spans: list[SpanModel]
+    stats: dict[str, float | int]
+    stopped: str = Field(description="eos, length, stop or cancelled")
+    complete: bool = Field(description="false when the answer did not end by itself (token limit, cancel)")
+    reason: str | None = Field(description="why the answer is unfinished and what to change; null when complete")
+    strategy: str
+    model: str = Field(description="the model asked for")
+    weights: str = Field(description="the weight format it ran in (what `auto` chose)")
+
+
+class Health(BaseModel):
+    model_loaded: bool
+    model: str
+    error: str | None
+    strategies: list[str]
+    default_strategy: str | None
+
+
+class Sample(BaseModel):
+    id: str
+    task: str
+    instruction: str
+    document: str
+
+
+# ---------------------------------------------------------------- helpers
+
+def span_json(span) -> dict:
+    return {"output": list(span.output), "source": None if span.source is None else list(span.source)}
+
+
+def validation_message(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "request"
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def host_allowed(host: str | None, server: tuple | None) -> bool:
+    """DNS rebinding: a page from another site may resolve its own name to this machine, so the
+    Host header must name the address the connection came in on (or localhost, on a loopback one)."""
+    name = urlsplit(f"//{host}").hostname if host else None
+    if not name:
+        return False
+    local = str(server[0]).lower() if server else "127.0.0.1"  # no address (a unix socket): local names only
+    try:
+        address = ipaddress.ip_address(local)
+    except ValueError:  # a test client's made-up server name
+        return name == local
+    if address.version == 6 and address.ipv4_mapped:  # an IPv4 connection to a dual-stack ("::") socket
+        address = address.ipv4_mapped
+    return name in (local, str(address)) or (address.is_loopback and name in LOCAL_HOSTS)
+
+
+def origin_allowed(origin: str | None, host: str | None) -> bool:
+    """Browsers send Origin; a page from another site must not drive the local model."""
+    if not origin:
+        return True  # scripts and command-line clients
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https"):
+        return False
+    return parts.netloc == (host or "") or (parts.hostname or "") in LOCAL_HOSTS
+
+
+def refusal(scope) -> str | None:
+    """Why a request must not reach the app: a foreign Host or Origin; None when it may."""
+    headers = Headers(scope=scope)
+    host = headers.get("host")
+    if not host_allowed(host, scope.get("server")):
+        return f"host {host!r} is not this server's address: open the playground by its address or as localhost"
+    if not origin_allowed(headers.get("origin"), host):
+        return f"origin {headers.get('origin')!r} is not allowed: use the playground page served by this server"
+    return None
+
+
+class GuardHostAndOrigin:
+    """ASGI middleware: refuses a foreign Host or Origin on HTTP and websocket alike, before the app runs."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        problem = refusal(scope) if scope["type"] in ("http", "websocket") else None
+        if problem is None:
+            return await self.app(scope, receive, send)
+        response = JSONResponse({"detail": problem}, status_code=403)
+        if scope["type"] == "http" or "websocket.http.response" in scope.get("extensions", {}):
+            await response(scope, receive, send)  # on a websocket: a 403 answer to the handshake
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": "host or origin not allowed"})
+
+
+def sample_documents() -> list[Sample]:
+    samples = [
+        Sample(id="python-rename", task="code-edit", instruction="Rename the function `add` to `plus`.",
+               document="def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n\n\n"
+                        "print(add(2, 3))\n"),
+        Sample(id="email-polite", task="text-edit", instruction="Fix the spelling mistakes.",
+               document="Hi Sam,\n\nThanks for the quick reply. I have attached the reprot you asked for; "
+                        "the numbers for March are on page two.\n\nBest,\nAlex\n"),
+    ]
+    try:
+        for task in ("code-edit", "text-edit"):
+            for record in data.load(task)[:2]:
+                samples.append(Sample(id=record.id, task=task, instruction=record.instruction,
+                                      document=record.document))
+    except Exception:  # the benchmark data is optional for the playground
+        pass
+    return samples
+
+
+def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
+    """Why an answer did not end by itself, and what would let it finish; None when it did."""
+    if result.stopped in COMPLETE:
+        return None
+    if result.stopped == "length":
+        limit = f"max_new_tokens={request.max_new_tokens}" if request.max_new_tokens else "the default max_new_tokens"
+        return (f"the answer stopped at the token limit ({limit}, {result.stats.new_tokens} tokens) before it "
+                f"finished: raise max_new_tokens (Max tokens on the page) or rewrite a shorter part of the document")
+    if result.stopped == "cancelled":
+        return "the rewrite was cancelled before it finished: run it again for the whole answer"
+    return f"the rewrite stopped early ({result.stopped}): the answer is not whole"
+
+
+def done_message(result: Result, request: RewriteRequest, strategy: str) -> dict:
+    reason = unfinished_reason(result, request)
+    return {"type": "done", **result.to_json(), "complete": reason is None, "reason": reason, "strategy": strategy}
+
+
+def failure_message(error: Exception) -> str:
+    """An engine failure in the middle of a run: nothing streamed so far is a whole answer."""
+    if isinstance(error, RewriteError):
+        return str(error)
+    return f"the rewrite failed ({type(error).__name__}: {error}); any output so far is unfinished"
+
+
+def event_messages(event) -> list[dict]:
+    if isinstance(event, Queued):
+        return [{"type": "queued", "ahead": event.ahead}]
+    if isinstance(event, Delta):
+        messages = [{"type": "delta", "text": event.text, "tokens": [span_json(s) for s in event.tokens]}]
+        if event.new_tokens:
+            messages.append({"type": "step", "new_tokens": event.new_tokens, "drafted": event.drafted,
+                             "accepted": event.accepted, "seconds": round(event.seconds, 5),
+                             "totals": event.totals.to_json()})  # the engine's running figures, shown as they are
+        return messages
+    return []
+
+
+def parse_message(raw: str) -> dict | str:
+    """A websocket request as a JSON object, or the error message that says what is wrong with it."""
+    if len(raw) > MAX_BODY_BYTES:  # server_config stops it sooner; a server run with other settings may not
+        return f"the message is over {MAX_BODY_BYTES:,} characters, the most a valid request takes"
+    try:
+        message = json.loads(raw)
+    except ValueError as error:  # JSONDecodeError, or an integer past Python's 4,300 digits
+        return f"malformed JSON: {error}"
+    except RecursionError:
+        return "malformed JSON: nested too deeply"
+    return message if isinstance(message, dict) else "a message must be a JSON object"
+
+
+def validation_detail(error: RequestValidationError) -> list[dict]:
+    """FastAPI's 422 detail without the `input` it echoes, which may be the whole (large) body."""
+    def message(item: dict) -> str:
+        cause = item.get("ctx", {}).get("error")
+        return f"{item['msg']}: {cause}" if isinstance(cause, str) else item["msg"]
+
+    return [{"loc": list(item["loc"]), "msg": message(item), "type": item["type"]} for item in error.errors()]
+
+
+async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    return JSONResponse({"detail": validation_detail(error)}, status_code=422)
+
+
+# ---------------------------------------------------------------- running rewrites
+
+class Busy(Exception):
+    """Too many rewrites are already waiting; the client should try again later."""
+
+
+class Generations:
+    """Starts each rewrite in its own thread, at most `limit` at once, so a flood is refused rather
+    than piling up threads; the engine runs them one at a time in arrival order."""
+
+    def __init__(self, limit: int = MAX_GENERATIONS):
+        self.slots = threading.BoundedSemaphore(limit)
+        self.limit = limit
+
+    def events(self, assistant, request: RewriteRequest, cancel: threading.Event) -> AsyncIterator:
+        """The engine's events, on the event loop (an exception it raised comes as an event); raises Busy when full."""
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"the server is busy: {self.limit} rewrites are already running or waiting; try again later")
+        return aio.events(self.run(assistant, request, cancel), cancel)
+
+    def run(self, assistant, request: RewriteRequest, cancel: threading.Event):
+        """The rewrite, started and run on the events' thread; its slot is free once the engine lets go."""
+        try:
+            yield from assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
+                                         temperature=request.temperature, max_new_tokens=request.max_new_tokens,
+                                         cancel=cancel)
+        finally:
+            self.slots.release()
+
+
+async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Waits for the HTTP client to go away (the body is read by now), then cancels its rewrite."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    cancel.set()
+
+
+# ---------------------------------------------------------------- the websocket's side
+
+async def send_error(websocket: WebSocket, message: str) -> None:
+    await websocket.send_json({"type": "error", "message": message})
+
+
+async def json_messages(websocket: WebSocket) -> AsyncIterator[dict]:
+    """The connection's messages as JSON objects, until it closes; any other frame gets an error answer."""
+    while (frame := await websocket.receive())["type"] != "websocket.disconnect":
+        if frame.get("text") is None:
+            message = "binary frames are not accepted: send the request as JSON text"
+        else:
+            message = parse_message(frame["text"])
+        if isinstance(message, str):
+            await send_error(websocket, message)
+        else:
+            yield message
+
+
+def rewrite_request(message: dict, busy: bool, model: aio.Loader) -> RewriteRequest | str:
+    """The rewrite a websocket message asks for, or the error message that answers it."""
+    kind = message.pop("type", "rewrite")
+    if kind != "rewrite":
+        return f"unknown message type {kind!r}: send a rewrite request or {{\"type\": \"cancel\"}}"
+    if busy:
+        return "a rewrite is already running on this connection; wait for it or cancel it"
+    try:
+        request = RewriteRequest.model_validate(message)
+    except ValidationError as error:
+        return validation_message(error)
+    if model.loaded() is None:
+        return load_error(model) or STILL_LOADING
+    return request
+
+
+async def stream(websocket: WebSocket, generations: Generations, assistant, request: RewriteRequest,
+                 cancel: threading.Event) -> None:
+    """Send one rewrite's events as they come."""
+    strategy = request.strategy or assistant.strategy
+    try:
+        async for event in generations.events(assistant, request, cancel):
+            if isinstance(event, Result):
+                messages = [done_message(event, request, strategy)]
+            elif isinstance(event, BaseException):
+                messages = [{"type": "error", "message": failure_message(event)}]
+            else:
+                messages = event_messages(event)
+            for message in messages:
+                await websocket.send_json(message)
+            if messages and messages[-1]["type"] in ("done", "error"):
+                return  # the socket is free for its next request while the engine tidies up
+    except Busy as error:
+        await send_error(websocket, str(error))
+    except (WebSocketDisconnect, RuntimeError):  # the client went away: stop generating
+        cancel.set()
+
+
+# ---------------------------------------------------------------- dependencies
+# async, though they never wait: FastAPI runs a plain `def` dependency on a pool thread per request.
+
+async def model(connection: HTTPConnection) -> aio.Loader:
+    """The app's model, loading since the app started; a test may swap it (`app.dependency_overrides`)."""
+    return connection.app.state.model
+
+
+async def runs(connection: HTTPConnection) -> Generations:
+    return connection.app.state.generations
+
+
+def load_error(model: aio.Loader) -> str | None:
+    """Why the model failed to load; None while it loads or once it has."""
+    error = model.exception() if model.done() else None
+    return None if error is None else f"{type(error).__name__}: {error}"
+
+
+Model = Annotated[aio.Loader, Depends(model)]
+Runs = Annotated[Generations, Depends(runs)]
+
+
+async def loaded_assistant(model: Model) -> Assistant:
+    """The loaded assistant; 503 while it loads or when it failed to load."""
+    if (assistant := model.loaded()) is None:
+        raise HTTPException(503, load_error(model) or STILL_LOADING)
+    return assistant
+
+
+LoadedAssistant = Annotated[Assistant, Depends(loaded_assistant)]
+
+
+# ---------------------------------------------------------------- endpoints
+
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html")
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(request: Request, model: Model) -> Health:
+    """Whether the model has loaded (or why it could not). Runs on the event loop, never waiting for a thread."""
+    assistant = model.loaded()
+    return Health(model_loaded=assistant is not None, model=request.app.state.model_name, error=load_error(model),
+                  strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None))
+
+
+@router.get("/api/samples", response_model=list[Sample])
+def samples() -> list[Sample]:
+    """A few documents to try, with an instruction each."""
+    return sample_documents()
+
+
+@router.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 403: {}, 413: {}, 500: {}, 503: {}})
+async def rewrite(body: RewriteRequest, request: Request, assistant: LoadedAssistant, generations: Runs) -> dict:
+    """Run a rewrite to the end and return the result (the websocket streams the same thing).
+    A client that disconnects cancels its rewrite."""
+    cancel = threading.Event()
+    watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
+    try:
+        async for event in generations.events(assistant, body, cancel):
+            if isinstance(event, BaseException):
+                raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
+            if isinstance(event, Result):
+                return done_message(event, body, body.strategy or assistant.strategy)
+    except Busy as error:
+        raise HTTPException(503, str(error))
+    finally:
+        cancel.set()
+        watcher.cancel()
+    raise HTTPException(500, "the engine ended without a result")
+
+
+@router.websocket("/ws/rewrite")
+async def rewrite_socket(websocket: WebSocket, model: Model, generations: Runs) -> None:
+    """Rewrites streamed as they run, one at a time per connection; `{"type": "cancel"}` stops the running one,
+    and so does a disconnect."""
+    await websocket.accept()
+    running: asyncio.Task | None = None
+    cancel = threading.Event()
+    try:
+        async for message in json_messages(websocket):
+            busy = running is not None and not running.done()
+            if message.get("type") == "cancel":
+                if busy:
+                    cancel.set()
+            elif isinstance(request := rewrite_request(message, busy, model), str):
+                await send_error(websocket, request)
+            else:
+                cancel = threading.Event()
+                running = asyncio.create_task(stream(websocket, generations, model.result(), request, cancel))
+    except WebSocketDisconnect:
+        pass
+    finally:
+        cancel.set()
+        if running is not None:
+            await running
+
+
+# ---------------------------------------------------------------- the app
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """The model loads while the server answers; /healthz says when it is ready."""
+    app.state.model.load(app.state.assistant_factory)
+    yield
+    if (assistant := app.state.model.loaded()) is not None:
+        assistant.close()
+
+
+def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
+               max_generations: int = MAX_GENERATIONS) -> FastAPI:
+    """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread)."""
+    app = FastAPI(title="Editor assistant playground", version="0.1.0", lifespan=lifespan,
+                  description="Instruction-driven rewrites with PLD+ decoding and copy attribution.",
+                  max_body_size=MAX_BODY_BYTES)
+    app.state.assistant_factory, app.state.model_name = assistant_factory, model_name
+    app.state.model, app.state.generations = aio.Loader(), Generations(max_generations)
+    app.add_middleware(GuardHostAndOrigin)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def server_config(app: FastAPI, host: str, port: int, **options):
+    """uvicorn's settings for the playground: a websocket message is bounded like an HTTP body, and so
+    is the number of connections, so no client can make the server hold unbounded memory."""
+    return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", ws_max_size=MAX_BODY_BYTES,
+                          limit_concurrency=MAX_CONNECTIONS, **options)

@@ -1,0 +1,83 @@
+"""A rewrite follows the user's typing (`Rewrite.follow`, `session.follow_edits`): typing elsewhere moves
+its target and attribution, typing inside the target stops it holding, and the editor is told when
+attribution no longer holds; in process, without a model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from assistant.engine.output import Span
+from assistant.lsp import session
+from assistant.lsp.rewrite import Rewrite
+
+DOCUMENT = "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))\n"
+TARGET = (0, DOCUMENT.index("\n\n\n") + 1)  # the function
+OUTPUT = "def plus(a, b):\n    return a + b\n"
+
+
+def written() -> Rewrite:
+    """A finished rewrite of the function whose body was copied from the original."""
+    job = Rewrite("file:///a.py", DOCUMENT, *TARGET, id="1")
+    body = OUTPUT.index("    return")
+    expected = OUTPUT + DOCUMENT[TARGET[1]:]
+    job.wrote(OUTPUT, expected, [Span((body, len(OUTPUT)), (DOCUMENT.index("    return"), TARGET[1]))])
+    job.running = False
+    return job
+
+
+def test_typing_before_the_target_moves_it_and_its_attribution():
+    job = written()
+    now = "import sys\n" + job.known
+    job.follow(now)
+    assert job.held and now[job.start:job.end] == OUTPUT
+    (a, b, c, d), = job.spans
+    assert now[a:b] == DOCUMENT[c:d] == "    return a + b\n"
+
+
+def test_typing_after_the_target_changes_nothing_of_it():
+    job = written()
+    before = (job.start, job.end, list(job.spans))
+    job.follow(job.known.replace("print(add(2, 3))", "print(add(4, 5))"))
+    assert job.held and (job.start, job.end, job.spans) == before
+
+
+def test_typing_inside_the_target_stops_it_holding_and_drops_what_was_touched():
+    job = written()
+    job.follow(job.known.replace("return a + b", "return a - b"))
+    assert not job.held and job.undo is None
+    assert job.spans == []
+
+
+def test_nothing_moves_while_an_edit_of_ours_is_in_flight():
+    job = written()
+    job.editing = True
+    job.follow("something else entirely")
+    assert job.held and job.known == OUTPUT + DOCUMENT[TARGET[1]:]
+
+
+class Server:
+    """What follow_edits reads of the language server: the rewrites, the open buffers, the notifications."""
+
+    def __init__(self, job: Rewrite, text: str):
+        self.rewrites = {job.uri: job}
+        self.workspace = SimpleNamespace(text_documents={job.uri: SimpleNamespace(source=text, version=3)})
+        self.sent: list[tuple[str, dict]] = []
+        self.protocol = SimpleNamespace(notify=lambda method, params: self.sent.append((method, params)))
+
+
+def test_attribution_is_sent_again_only_when_a_span_no_longer_holds():
+    job = written()
+    ls = Server(job, "import sys\n" + job.known)
+    session.follow_edits(ls, job.uri)
+    assert ls.sent == [] and len(job.spans) == 1  # moved, and still holds: nothing to re-send
+    ls.workspace.text_documents[job.uri].source = job.known.replace("a + b", "b + a")
+    session.follow_edits(ls, job.uri)
+    assert ls.sent == [(session.ATTRIBUTION, {"uri": job.uri, "version": 3, "spans": []})]
+
+
+def test_a_running_rewrite_is_followed_by_its_own_writes_not_by_follow_edits():
+    job = written()
+    job.running = True
+    ls = Server(job, "import sys\n" + job.known)
+    session.follow_edits(ls, job.uri)
+    assert job.known == OUTPUT + DOCUMENT[TARGET[1]:] and ls.sent == []

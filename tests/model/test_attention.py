@@ -1,0 +1,109 @@
+"""The engine's CPU attention (float32 KV cache, float32 attention for steps and drafts, bottom-right
+causal mask) computes what transformers' own attention computes, for every shape of forward pass the
+decode loop makes; a prefill's, in bfloat16 on AMX, within bfloat16's rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import TINY_VOCAB, make_tiny_model
+
+from assistant.model import attention, exactness
+from assistant.model.kv_cache import preallocated_cache
+
+
+def logits_per_pass(model, passes: list[list[int]], cache) -> list[torch.Tensor]:
+    with torch.inference_mode():
+        return [model(input_ids=torch.tensor([ids]), cache=cache, logits_to_keep=len(ids)).logits[0]
+                for ids in passes]
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
+def test_attention_matches_transformers_sdpa(dtype, tolerance, monkeypatch):
+    monkeypatch.setattr(attention, "PREFILL", torch.float32)  # bfloat16 prefills on AMX: the test below
+    torch.manual_seed(0)
+    prompt = torch.randint(0, TINY_VOCAB, (100,)).tolist()
+    # A prefill from empty (longer than FEW queries: the fused kernel), one-token steps, drafts of several
+    # tokens, and prefills after cached positions (as prefix reuse makes), short and long: every query
+    # count against every cache length the loop produces, on both paths.
+    passes = [prompt[:70], prompt[70:71], prompt[71:76], prompt[76:77], prompt[77:80],
+              prompt[80:100]]
+    ours = make_tiny_model(seed=7, initializer_range=0.2).to(dtype)
+    reference = make_tiny_model(seed=7, initializer_range=0.2).to(dtype)
+    reference.set_attn_implementation("sdpa")
+    assert ours.config._attn_implementation == attention.NAME
+    cache = preallocated_cache(ours, 128)
+    got = logits_per_pass(ours, passes, cache)
+    assert cache.layers[0].keys.dtype == torch.float32  # kept in float32 whatever the model's dtype
+    expected = logits_per_pass(reference, passes, preallocated_cache(reference, 128))
+    for g, e in zip(got, expected):
+        assert torch.allclose(g.float(), e.float(), atol=tolerance, rtol=0)
+
+
+def test_a_prefill_in_bfloat16_stays_within_its_rounding(monkeypatch):
+    prompt = torch.randint(0, TINY_VOCAB, (100,), generator=torch.Generator().manual_seed(1)).tolist()
+    model = make_tiny_model(seed=7, initializer_range=0.2)
+    logits = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        monkeypatch.setattr(attention, "PREFILL", dtype)
+        logits[dtype] = logits_per_pass(model, [prompt[:90], prompt[90:]], preallocated_cache(model, 128))
+    for exact, rounded in zip(logits[torch.float32], logits[torch.bfloat16]):
+        assert not torch.equal(exact, rounded)  # the prefill's attention did run in bfloat16
+        assert torch.allclose(exact, rounded, atol=0.02 * exact.abs().max().item(), rtol=0)
+
+
+def test_fits_only_full_attention_without_softcapping():
+    from transformers import LlamaConfig, Qwen2Config
+
+    assert attention.fits(LlamaConfig())
+    assert attention.fits(Qwen2Config(use_sliding_window=False))
+    assert not attention.fits(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=0))
+
+
+NO_KERNEL = pytest.mark.skipif(not attention.KERNEL.usable(), reason=f"no attention kernel: {attention.KERNEL.failure()}")
+SHAPES = [(12, 2, 128), (14, 2, 64)]  # Qwen2.5-Coder 1.5B and 0.5B
+
+
+@pytest.mark.parametrize("path, heads, kv_heads, dim", [
+    *(pytest.param(attention.kernel_queries, *shape, marks=NO_KERNEL) for shape in SHAPES),
+    pytest.param(attention.kernel_queries, 9, 3, 64, marks=NO_KERNEL),  # SmolLM2-135M's: MKL makes its rows unalike
+    *(pytest.param(attention.few_queries, *shape) for shape in SHAPES)])
+@pytest.mark.parametrize("keys", [70, 256, 300, 1500])
+def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads, dim, keys):
+    """What makes verification exact: query i of q, the last of keys - q + 1 + i cached positions,
+    gives the bits that a step of that query alone gives there, whatever the cache's buffer holds past
+    the positions it sees (a rejected draft's keys, zeros), drafts crossing a multiple of KEYS too."""
+    generator = torch.Generator().manual_seed(keys)
+    capacity = -(-keys // attention.KEYS) * attention.KEYS  # as preallocated_cache rounds it
+    buffers = [torch.randn(1, kv_heads, capacity, dim, generator=generator) for _ in range(2)]
+    query = torch.randn(1, heads, exactness.FEW, dim, generator=generator)
+    for q in (1, 2, 7, 25, exactness.FEW):
+        rows = path(query[:, :, :q], *(b[:, :, :keys] for b in buffers), dim ** -0.5)
+        for i in range(q):
+            seen = keys - q + 1 + i
+            other = [b.clone() for b in buffers]
+            for b in other:
+                b[:, :, seen:] = torch.randn(b[:, :, seen:].shape, generator=generator)
+            step = path(query[:, :, i:i + 1], *(b[:, :, :seen] for b in other), dim ** -0.5)
+            assert torch.equal(rows[:, i], step[:, 0]), (q, i)
+
+
+@NO_KERNEL
+def test_the_kernel_computes_the_products_and_softmax_of_the_fallback():
+    generator = torch.Generator().manual_seed(3)
+    for heads, kv_heads, dim in SHAPES + [(4, 2, 8), (4, 2, 16), (6, 2, 32)]:  # dims under 4 chunks of 8 too
+        key, value = (torch.randn(1, kv_heads, 700, dim, generator=generator) for _ in range(2))
+        query = torch.randn(1, heads, 9, dim, generator=generator)
+        assert torch.allclose(attention.kernel_queries(query, key, value, dim ** -0.5),
+                              attention.few_queries(query, key, value, dim ** -0.5), atol=2e-6, rtol=0)
+
+
+def test_without_room_past_the_keys_the_rows_are_the_same_up_to_rounding():
+    """A cache of exactly its keys (transformers' own, as hf-pld runs it) gets products over those."""
+    generator = torch.Generator().manual_seed(0)
+    key, value = (torch.randn(1, 2, 300, 64, generator=generator) for _ in range(2))
+    query = torch.randn(1, 14, 9, 64, generator=generator)
+    exact_size = attention.few_queries(query, key, value, 0.125)
+    roomy = attention.few_queries(query, *(F.pad(t, (0, 0, 0, 212))[:, :, :300] for t in (key, value)), 0.125)
+    assert torch.allclose(exact_size, roomy, atol=1e-5, rtol=0)

