@@ -1,0 +1,164 @@
+"""The structure check: an edit asked only to annotate or document must leave the code as it was."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import pytest
+
+from assistant.checks import check_edit, preserving
+
+from .helpers import TYPE_HINTS, annotate, colorsys_source, replace_once
+
+TYPED = "from typing import Tuple\n\n# Some floating point constants"
+
+
+def structural(check) -> list[str]:
+    return [problem.message for problem in check.problems if problem.checker == "structure"]
+
+
+@pytest.mark.parametrize(("instruction", "kind"), [
+    ("Add type hints to every function.", "annotations"),
+    ("Add type hints to every function and class.", "annotations"),
+    ("Annotate every function with types, including private ones.", "annotations"),
+    ("Add type hints and docstrings.", "annotations"),
+    ("Please add type hints. Thanks!", "annotations"),
+    ("Add docstrings to every function.", "documentation"),
+    ("Add comments explaining the code.", "documentation"),
+    ("Document this module.", "documentation"),
+    ("Add JSDoc comments to the exported functions.", "documentation"),
+    ("Add type hints and fix the bug.", None),
+    ("Add type hints, then rename foo to bar.", None),
+    ("Refactor this and add comments", None),
+    ("Add type hints and add a main function.", None),
+    ("Add type hints to every function, and add error handling.", None),
+    ("Make this faster", None),
+    ("Fix the bug.", None),
+    ("", None),
+])
+def test_preserving_reads_the_instruction_conservatively(instruction, kind):
+    assert preserving(instruction) == kind
+
+
+def test_a_changed_constant_under_type_hints_names_the_function():
+    before = colorsys_source()
+    after = replace_once(replace_once(annotate(before), "h-ONE_THIRD))", "h-ONE_SIXTH))"), "# Some floating", TYPED)
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert structural(check) == ["the edit changed code in `hls_to_rgb`"]
+    problem = check.problems[0]
+    assert (problem.code, problem.checker) == ("changed-code", "structure")
+    assert "h-ONE_SIXTH" in after[problem.start:problem.end]
+    function = after.index("def hls_to_rgb")
+    assert function < problem.start < problem.end <= after.index("def _v")
+    assert [p for p in check.problems if p.checker == "ruff"] == []  # ruff sees nothing wrong: only structure can
+
+
+def test_a_deleted_statement_under_type_hints_is_reported_by_both_checks():
+    before = colorsys_source()
+    after = replace_once(replace_once(annotate(before), "    sumc = (maxc+minc)\n", ""), "# Some floating", TYPED)
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert structural(check) == ["the edit removed code from `rgb_to_hls`"]
+    assert [p.message for p in check.problems if p.checker == "ruff"] == ["Undefined name `sumc`"] * 2
+    removal = next(p for p in check.problems if p.checker == "structure")
+    assert removal.start == removal.end == after.index("    rangec = (maxc-minc)\n    l = sumc") + 4
+
+
+def test_docstrings_comments_annotations_and_typing_imports_are_not_changes():
+    before = dedent("""\
+        import os
+
+
+        class Box:
+            size = 3
+
+            def grow(self, by=1):
+                self.size += by
+                return os.sep
+        """)
+    after = dedent('''\
+        """Boxes."""
+        from __future__ import annotations
+
+        import os
+        from typing import TYPE_CHECKING, TypeAlias, TypeVar
+
+        if TYPE_CHECKING:
+            from collections.abc import Iterable
+        T = TypeVar("T")
+        Size: TypeAlias = int
+
+
+        class Box:
+            """A box."""
+
+            size: int = 3
+            label: str
+
+            def grow(self, by: int = 1) -> str:
+                """Grow."""
+                # grows the box
+                self.size += by
+                return os.sep
+        ''')
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert check.ran == ("ruff", "structure")
+    assert structural(check) == []
+
+
+def test_other_additions_under_type_hints_are_reported_where_they_are():
+    before = "def f(x):\n    return x\n"
+    after = "import os\n\n\ndef f(x: int) -> int:\n    return x\n\n\ndef g() -> None:\n    pass\n"
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert structural(check) == ["the edit added code at module level", "the edit added `g`"]
+    added = check.problems[-1]
+    assert after[added.start:added.end] == "def g() -> None:\n    pass"
+
+
+def test_a_typing_import_is_a_change_when_only_docstrings_were_asked_for():
+    before = "def f(x):\n    return x\n"
+    after = "from typing import Any\n\n\ndef f(x: Any) -> Any:\n    \"\"\"Return x.\"\"\"\n    return x\n"
+    check = check_edit(before, after, language="python", instruction="Add docstrings.")
+    assert structural(check) == ["the edit added code at module level"]
+
+
+def test_a_removed_method_is_named_by_its_qualified_name_at_the_place_it_was():
+    before = dedent("""\
+        class A:
+            def one(self):
+                return 1
+
+            def two(self):
+                return 2
+
+
+        def three():
+            return 3
+        """)
+    after = "class A:\n    def one(self) -> int:\n        return 1\n\n\ndef three() -> int:\n    return 3\n"
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert structural(check) == ["the edit removed `A.two`"]
+    assert check.problems[0].start == check.problems[0].end == after.index("def three")
+
+
+def test_changed_defaults_and_decorators_change_the_signature():
+    before = "import functools\n\n\n@functools.cache\ndef f(x=1):\n    return x\n"
+    after = "import functools\n\n\n@functools.cache\ndef f(x: int = 2) -> int:\n    return x\n"
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert structural(check) == ["the edit changed code in `f`"]
+    assert after[check.problems[0].start:].startswith("@functools.cache")
+
+
+def test_structure_does_not_run_when_the_instruction_asks_for_more():
+    before = colorsys_source()
+    after = replace_once(before, "h-ONE_THIRD))", "h-ONE_SIXTH))")
+    check = check_edit(before, after, language="python", instruction="Add type hints and fix the bug.")
+    assert check.ran == ("ruff",) and check.problems == ()
+
+
+def test_an_edited_text_that_does_not_parse_is_left_to_ruff():
+    before = "def f(x):\n    return x\n"
+    after = "def f(x: int) -> int\n    return x\n"
+    check = check_edit(before, after, language="python", instruction=TYPE_HINTS)
+    assert check.ran == ("ruff",)
+    assert check.notes == ("structure not checked: the edited text is not valid Python",)
+    assert check.problems and {problem.code for problem in check.problems} == {"syntax"}
