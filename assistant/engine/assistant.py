@@ -234,9 +234,13 @@ class Assistant:
             prompt = self.prompt(document, request.instruction, part, request.references)
             return self._start(prompt, request, part or (0, len(document)), cancel)
 
+        def prompt_tokens(part: tuple[int, int] | None) -> int:
+            return len(self.prompt(document, request.instruction, part or selection, request.references).ids)
+
         region = selection or (0, len(document))
-        pieces = long_documents.plan(self, document, request.instruction, selection, request.references,
-                                     request.max_piece_tokens)
+        pieces = long_documents.plan(document, region, context_length=self.loaded.context_length,
+                                     count_tokens=self.count_tokens, prompt_tokens=prompt_tokens,
+                                     max_piece_tokens=request.max_piece_tokens)
         if pieces == [region]:
             return one_pass(selection)
         return long_documents.rewrite(document, region, pieces, one_pass, cancel)

@@ -24,13 +24,10 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from assistant.engine.events import Delta, Event, Queued, Result, Stats
 from assistant.engine.output import Span, merge_spans
-
-if TYPE_CHECKING:  # the annotation only: the engine imports this module
-    from assistant.engine.assistant import Assistant
 
 ANSWER_ROOM, ANSWER_EXTRA = 2, 64  # output budget: twice the text to rewrite, plus a little
 
@@ -94,23 +91,20 @@ def core(text: str, piece: Piece) -> Piece:
     return head, head + len(stripped)
 
 
-def plan(assistant: Assistant, document: str, instruction: str, selection: Piece | None = None,
-         references: tuple[str, ...] = (), max_piece_tokens: int | None = None) -> list[Piece]:
-    """The pieces to rewrite: the whole region when its prompt and answer fit the context, else a split."""
-    context = assistant.loaded.context_length
-    region = selection or (0, len(document))
-    region_tokens = assistant.count_tokens(document[region[0]:region[1]])
+def plan(document: str, region: Piece, *, context_length: int, count_tokens: Callable[[str], int],
+         prompt_tokens: Callable[[Piece | None], int], max_piece_tokens: int | None = None) -> list[Piece]:
+    """The pieces of `region` to rewrite: the whole region when its prompt and answer fit the context,
+    else a split. `prompt_tokens(piece)` sizes the prompt that rewrites `piece` (None: the region)."""
+    region_tokens = count_tokens(document[region[0]:region[1]])
     if max_piece_tokens is None:
-        prompt = len(assistant.prompt(document, instruction, selection, references).ids)
-        if prompt + answer_budget(region_tokens) <= context:
+        if prompt_tokens(None) + answer_budget(region_tokens) <= context_length:
             return [region]
         # Everything in a piece's prompt but the piece: instruction, template and the neighbours shown.
-        middle = (len(document) // 2, len(document) // 2 + 1)
-        overhead = len(assistant.prompt(document, instruction, middle, references).ids)
-        max_piece_tokens = max(16, (context - overhead - ANSWER_EXTRA) // (1 + ANSWER_ROOM))  # answer_budget inverted
+        overhead = prompt_tokens((len(document) // 2, len(document) // 2 + 1))
+        max_piece_tokens = max(16, (context_length - overhead - ANSWER_EXTRA) // (1 + ANSWER_ROOM))  # answer_budget inverted
     if region_tokens <= max_piece_tokens:
         return [region]
-    return split(document, assistant.count_tokens, max_piece_tokens, region)
+    return split(document, count_tokens, max_piece_tokens, region)
 
 
 def rewrite(document: str, region: Piece, pieces: list[Piece],

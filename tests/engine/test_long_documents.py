@@ -104,7 +104,9 @@ def test_a_document_too_long_for_one_pass_is_planned_to_fit(embedded):
     from assistant.engine.long_documents import plan
 
     document = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n\n" for i in range(900))
-    pieces = plan(embedded, document, COPY)
+    pieces = plan(document, (0, len(document)), context_length=embedded.loaded.context_length,
+                  count_tokens=embedded.count_tokens,
+                  prompt_tokens=lambda part: len(embedded.prompt(document, COPY, part).ids))
     assert len(pieces) > 1 and pieces[0][0] == 0 and pieces[-1][1] == len(document)
     for piece in pieces:
         prompt = embedded.prompt(document, COPY, core(document, piece))
