@@ -4,8 +4,8 @@ into the cache with the system's g++ and loaded through ctypes (which releases t
 Invariant: a library is loaded only when it is whole and was built from this source with these flags
 by this compiler. The file name carries a stamp of all three, a build is written to a temporary file
 and renamed into place, and a cached library is checked (its ELF header, its size against the
-record written beside it, and its sha256) before it is mapped; a damaged one is removed and built
-again. Two processes that build at once build once: the second waits on the first's lock.
+record written beside it, and its sha256) before it is mapped; a damaged one is built again over
+it. Two processes that build at once build once: the second waits on the first's lock.
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ class Kernel:
         if not whole(path):
             with files.locked(folder / f"{path.name}.lock"):
                 if not whole(path):  # another process may have built it while this one waited
+                    if path.exists():
+                        log.warning("the kernel library %s is damaged or unrecorded; building it again", path)
                     self.compile(compiler, path)
         library = ctypes.CDLL(str(path))
         for name, (argtypes, restype) in self.signatures.items():
@@ -121,18 +123,15 @@ def record_of(library: Path) -> Path:
 def whole(library: Path) -> bool:
     """Whether `library` is an ELF file of exactly the size and sha256 recorded when it was built. A
     truncated or foreign library mapped by ctypes kills the process (SIGBUS) when the missing pages are
-    touched, so a damaged one is removed here, to be built again, before anything maps it."""
+    touched, so one that is not whole is never mapped: it is built again over, under the lock. This
+    only reads: a library another process has renamed into place but not yet recorded is left to it."""
     record = files.read_json(record_of(library))
     try:
         data = library.read_bytes()
     except OSError:
         return False
-    if (isinstance(record, dict) and data[:4] == b"\x7fELF" and record.get("size") == len(data)
-            and record.get("sha256") == hashlib.sha256(data).hexdigest()):
-        return True
-    log.warning("the kernel library %s is damaged or unrecorded; building it again", library)
-    library.unlink(missing_ok=True)
-    return False
+    return (isinstance(record, dict) and data[:4] == b"\x7fELF" and record.get("size") == len(data)
+            and record.get("sha256") == hashlib.sha256(data).hexdigest())
 
 
 def flags(*isa: str) -> list[str]:
