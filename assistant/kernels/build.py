@@ -107,7 +107,7 @@ class Kernel:
         log.info("building %s (once on this machine)", self.source.name)
         with files.temporary_beside(path) as temporary:
             done = subprocess.run([compiler, *self.flags, str(self.source), "-o", str(temporary)],
-                                  capture_output=True, text=True)
+                                  check=False, capture_output=True, text=True)
             if done.returncode != 0:
                 raise KernelError(f"building {self.source.name} failed: {done.stderr.strip()[-2000:]}")
             data = temporary.read_bytes()
