@@ -10,14 +10,12 @@ by the lifespan on a thread of its own (`assistant.aio`, shared with the languag
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
@@ -25,10 +23,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 
 from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
+from assistant.asgi import STILL_LOADING, Busy, Generations, GuardHostAndOrigin, load_error, loaded, model
 from assistant.bench import data
 from assistant.engine import aio
 
@@ -40,9 +38,7 @@ MAX_NEW_TOKENS = 4096
 MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
 MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
 MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
-STILL_LOADING = "the model is still loading; try again in a moment"
 
 
 # ---------------------------------------------------------------- request and response models
@@ -111,60 +107,6 @@ def validation_message(error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {message}")
     return "; ".join(parts)
-
-
-def host_allowed(host: str | None, server: tuple | None) -> bool:
-    """DNS rebinding: a page from another site may resolve its own name to this machine, so the
-    Host header must name the address the connection came in on (or localhost, on a loopback one)."""
-    name = urlsplit(f"//{host}").hostname if host else None
-    if not name:
-        return False
-    local = str(server[0]).lower() if server else "127.0.0.1"  # no address (a unix socket): local names only
-    try:
-        address = ipaddress.ip_address(local)
-    except ValueError:  # a test client's made-up server name
-        return name == local
-    if address.version == 6 and address.ipv4_mapped:  # an IPv4 connection to a dual-stack ("::") socket
-        address = address.ipv4_mapped
-    return name in (local, str(address)) or (address.is_loopback and name in LOCAL_HOSTS)
-
-
-def origin_allowed(origin: str | None, host: str | None) -> bool:
-    """Browsers send Origin; a page from another site must not drive the local model."""
-    if not origin:
-        return True  # scripts and command-line clients
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https"):
-        return False
-    return parts.netloc == (host or "") or (parts.hostname or "") in LOCAL_HOSTS
-
-
-def refusal(scope) -> str | None:
-    """Why a request must not reach the app: a foreign Host or Origin; None when it may."""
-    headers = Headers(scope=scope)
-    host = headers.get("host")
-    if not host_allowed(host, scope.get("server")):
-        return f"host {host!r} is not this server's address: open the playground by its address or as localhost"
-    if not origin_allowed(headers.get("origin"), host):
-        return f"origin {headers.get('origin')!r} is not allowed: use the playground page served by this server"
-    return None
-
-
-class GuardHostAndOrigin:
-    """ASGI middleware: refuses a foreign Host or Origin on HTTP and websocket alike, before the app runs."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        problem = refusal(scope) if scope["type"] in ("http", "websocket") else None
-        if problem is None:
-            return await self.app(scope, receive, send)
-        response = JSONResponse({"detail": problem}, status_code=403)
-        if scope["type"] == "http" or "websocket.http.response" in scope.get("extensions", {}):
-            await response(scope, receive, send)  # on a websocket: a 403 answer to the handshake
-        else:
-            await send({"type": "websocket.close", "code": 1008, "reason": "host or origin not allowed"})
 
 
 def sample_documents() -> list[Sample]:
@@ -252,32 +194,10 @@ async def invalid_request(request: Request, error: RequestValidationError) -> JS
 
 # ---------------------------------------------------------------- running rewrites
 
-class Busy(Exception):
-    """Too many rewrites are already waiting; the client should try again later."""
-
-
-class Generations:
-    """Starts each rewrite in its own thread, at most `limit` at once, so a flood is refused rather
-    than piling up threads; the engine runs them one at a time in arrival order."""
-
-    def __init__(self, limit: int = MAX_GENERATIONS):
-        self.slots = threading.BoundedSemaphore(limit)
-        self.limit = limit
-
-    def events(self, assistant, request: RewriteRequest, cancel: threading.Event) -> AsyncIterator:
-        """The engine's events, on the event loop (an exception it raised comes as an event); raises Busy when full."""
-        if not self.slots.acquire(blocking=False):
-            raise Busy(f"the server is busy: {self.limit} rewrites are already running or waiting; try again later")
-        return aio.events(self.run(assistant, request, cancel), cancel)
-
-    def run(self, assistant, request: RewriteRequest, cancel: threading.Event):
-        """The rewrite, started and run on the events' thread; its slot is free once the engine lets go."""
-        try:
-            yield from assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
-                                         temperature=request.temperature, max_new_tokens=request.max_new_tokens,
-                                         cancel=cancel)
-        finally:
-            self.slots.release()
+def rewrite_events(assistant, request: RewriteRequest, cancel: threading.Event):
+    """The engine's events for one rewrite request."""
+    return assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
+                             temperature=request.temperature, max_new_tokens=request.max_new_tokens, cancel=cancel)
 
 
 async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
@@ -327,7 +247,7 @@ async def stream(websocket: WebSocket, generations: Generations, assistant, requ
     """Send one rewrite's events as they come."""
     strategy = request.strategy or assistant.strategy
     try:
-        async for event in generations.events(assistant, request, cancel):
+        async for event in generations.events(lambda: rewrite_events(assistant, request, cancel), cancel):
             if isinstance(event, Result):
                 messages = [done_message(event, request, strategy)]
             elif isinstance(event, BaseException):
@@ -347,19 +267,8 @@ async def stream(websocket: WebSocket, generations: Generations, assistant, requ
 # ---------------------------------------------------------------- dependencies
 # async, though they never wait: FastAPI runs a plain `def` dependency on a pool thread per request.
 
-async def model(connection: HTTPConnection) -> aio.Loader:
-    """The app's model, loading since the app started; a test may swap it (`app.dependency_overrides`)."""
-    return connection.app.state.model
-
-
 async def runs(connection: HTTPConnection) -> Generations:
     return connection.app.state.generations
-
-
-def load_error(model: aio.Loader) -> str | None:
-    """Why the model failed to load; None while it loads or once it has."""
-    error = model.exception() if model.done() else None
-    return None if error is None else f"{type(error).__name__}: {error}"
 
 
 Model = Annotated[aio.Loader, Depends(model)]
@@ -368,9 +277,7 @@ Runs = Annotated[Generations, Depends(runs)]
 
 async def loaded_assistant(model: Model) -> Assistant:
     """The loaded assistant; 503 while it loads or when it failed to load."""
-    if (assistant := model.loaded()) is None:
-        raise HTTPException(503, load_error(model) or STILL_LOADING)
-    return assistant
+    return loaded(model)
 
 
 LoadedAssistant = Annotated[Assistant, Depends(loaded_assistant)]
@@ -407,7 +314,7 @@ async def rewrite(body: RewriteRequest, request: Request, assistant: LoadedAssis
     cancel = threading.Event()
     watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
     try:
-        async for event in generations.events(assistant, body, cancel):
+        async for event in generations.events(lambda: rewrite_events(assistant, body, cancel), cancel):
             if isinstance(event, BaseException):
                 raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
             if isinstance(event, Result):
