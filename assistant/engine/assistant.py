@@ -41,7 +41,7 @@ from assistant.engine import long_documents
 from assistant.engine.events import Delta, Event, Queued, Result, Stats
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
-from assistant.engine.prompts import Prompt, Segment, build_prompt, edit_prompt
+from assistant.engine.prompts import Prompt, Segment, build_prompt, edit_prompt, text_prompt
 from assistant.model import loading, tuning
 from assistant.model.exactness import fixed_shapes
 
@@ -251,6 +251,14 @@ class Assistant:
         `strategy` on; attribution points into `question`."""
         prompt = self.chat_prompt(question, history)
         return self._start(prompt, Request(question, "", **options), None, cancel)
+
+    def complete(self, text: str, *, cancel: threading.Event | None = None, **options) -> Iterator[Event]:
+        """Continue `text` as it stands, without the chat template (a plain completion); `options` are
+        Request's fields from `strategy` on; attribution points into `text`."""
+        if not isinstance(text, str) or not text:
+            raise RewriteError("the prompt is empty")
+        prompt = text_prompt(self.loaded.tokenizer, text)
+        return self._start(prompt, Request(text, "", **options), None, cancel)
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
                cancel: threading.Event | None) -> Iterator[Event]:

@@ -95,14 +95,23 @@ def build_prompt(tokenizer, segments: list[Segment], system: str | None = SYSTEM
     if base < 0:
         raise PromptError("the model's chat template altered the document; cannot map tokens to it")
     rendered += f"{fence}\n" if fence else ""
+    return encoded_prompt(tokenizer, rendered, [(base + at, segment) for at, segment in placed], fence)
+
+
+def text_prompt(tokenizer, text: str) -> Prompt:
+    """A plain completion's prompt: `text` as it is, without a chat template; attribution points into it."""
+    return encoded_prompt(tokenizer, text, [(0, Segment(text, 0))], None)
+
+
+def encoded_prompt(tokenizer, rendered: str, placed: list[tuple[int, Segment]], fence: str | None) -> Prompt:
+    """`rendered` tokenized, each token given the source span of the segment placed around it (at its start)."""
     encoded = tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoded["input_ids"]
     pieces = tokenizer.batch_decode([[i] for i in ids])
     sources: list[tuple[int, int] | None] = []
     for piece, (s, e) in zip(pieces, encoded["offset_mapping"]):
         sources.append(None)
-        for at, segment in placed:
-            lo = base + at
+        for lo, segment in placed:
             if segment.source is not None and lo <= s < e <= lo + len(segment.text):
                 # Byte-level tokens that split a character decode to U+FFFD; they get no span.
                 if piece == rendered[s:e]:
