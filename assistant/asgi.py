@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 
 from assistant.engine import aio
 from assistant.engine.assistant import Assistant
@@ -109,6 +109,13 @@ class Generations:
             yield from start()
         finally:
             self.slots.release()
+
+
+async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Waits for the HTTP client to go away (the body is read by now), then cancels its generation."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    cancel.set()
 
 
 # ---------------------------------------------------------------- the model

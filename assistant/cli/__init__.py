@@ -18,6 +18,7 @@ COMMANDS = {  # name: what `assistant --help` says of it; the module assistant.c
     "rewrite": "rewrite files on an instruction",
     "lsp": "run the language server (stdio, or --tcp HOST:PORT)",
     "web": "serve the web playground",
+    "serve": "serve the engine as an OpenAI-compatible API (for editors, the openai SDK, --engine)",
     "bench": "measure strategies on the benchmark data",
     "calibrate": "find induction heads and the PLD+(h) layer for a model",
 }

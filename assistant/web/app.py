@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import HTTPConnection
 
 from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
-from assistant.asgi import STILL_LOADING, Busy, Generations, GuardHostAndOrigin, load_error, loaded, model
+from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
+                            loaded, model)
 from assistant.bench import data
 from assistant.engine import aio
 
@@ -198,13 +199,6 @@ def rewrite_events(assistant, request: RewriteRequest, cancel: threading.Event):
     """The engine's events for one rewrite request."""
     return assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
                              temperature=request.temperature, max_new_tokens=request.max_new_tokens, cancel=cancel)
-
-
-async def cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
-    """Waits for the HTTP client to go away (the body is read by now), then cancels its rewrite."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    cancel.set()
 
 
 # ---------------------------------------------------------------- the websocket's side

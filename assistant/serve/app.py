@@ -1,0 +1,263 @@
+"""`assistant serve`: the engine behind an OpenAI-compatible HTTP API, for the clients that speak it
+(the `openai` SDK, Continue, llm.nvim, Zed) and for the other doors' `--engine`.
+
+    POST /v1/chat/completions   POST /v1/completions   (streamed as server-sent events with "stream": true)
+    GET  /v1/models             GET  /health
+
+Laid out as the playground (`web/app.py`): plain endpoint functions on a router, the model reached
+through a dependency (`asgi.model`) and loaded by the lifespan on a thread of its own, bodies bounded.
+One model answers every client: requests run one at a time in arrival order (the engine's queue), a
+request past the door's limit is refused with 503, and prompt prefixes are reused across clients (the
+engine's prefix cache). How a request becomes an engine call, and the extension fields, are in
+`serve/protocol.py`.
+
+Invariants: an answer that did not finish is never sent as finished (its finish_reason is "length", or an
+error event ends the stream without `data: [DONE]`); a client that goes away cancels its generation within
+a decoding step; on a loopback address the Host and Origin guard keeps other sites' pages out, and with an
+API key (required to bind any other address) every /v1 request must carry it. TLS is a reverse proxy's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
+
+from assistant.asgi import (
+    Busy,
+    Generations,
+    GuardHostAndOrigin,
+    cancel_on_disconnect,
+    load_error,
+    loaded,
+    model,
+)
+from assistant.engine import aio
+from assistant.engine.assistant import Assistant, RewriteError
+from assistant.engine.events import Result
+from assistant.serve.protocol import (
+    Answer,
+    ChatRequest,
+    CompletionRequest,
+    Sampled,
+    chat_job,
+    completion_job,
+)
+
+MAX_BODY_BYTES = 16 << 20  # a request of the largest texts protocol.py accepts, every character escaped
+MAX_GENERATIONS = 64  # requests running or waiting for the model (each holds a thread); more get 503
+MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
+
+
+class NoKeyForOpenAddress(ValueError):
+    """Binding an address other machines can reach needs an API key."""
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Loopback is the default; any other address is reachable from elsewhere and needs an API key."""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False  # a host name: it may resolve to anything
+    if not local and not api_key:
+        raise NoKeyForOpenAddress(f"{host} can be reached from other machines: give --api-key (or ASSISTANT_API_KEY) "
+                                  f"so that only clients with the key are answered, or bind 127.0.0.1")
+
+
+# ---------------------------------------------------------------- errors and the key
+
+def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
+    """An error as OpenAI's API shapes it, so that its clients show the message."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                        status_code=status)
+
+
+async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    return error_response(error.status_code, str(error.detail))
+
+
+async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    """A 400 naming each problem, without the `input` FastAPI echoes (it may be the whole, large body)."""
+    problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
+    return error_response(400, problems)
+
+
+def failure_message(error: BaseException) -> str:
+    if isinstance(error, RewriteError):
+        return str(error)
+    return f"the generation failed ({type(error).__name__}: {error}); the answer so far is unfinished"
+
+
+class RequireKey:
+    """ASGI middleware: every /v1 request must carry `Authorization: Bearer <key>`; /health stays open."""
+
+    def __init__(self, app, key: str):
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            given = Headers(scope=scope).get("authorization", "").removeprefix("Bearer ").encode()
+            if not hmac.compare_digest(given, self.key):
+                response = error_response(401, "a valid API key is required: send it as 'Authorization: Bearer KEY'",
+                                          "invalid_api_key")
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+# ---------------------------------------------------------------- answering
+
+def frame(data: dict | str) -> str:
+    """One server-sent event, as OpenAI streams them."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+async def after(first, rest: AsyncIterator) -> AsyncIterator:
+    yield first
+    async for item in rest:
+        yield item
+
+
+async def answer(reply: Answer, body: Sampled, request: Request, generations: Generations):
+    """Start the request's generation and answer it, streamed or whole. A refusal (a bad request, a full
+    server) is an HTTP error, since it comes before anything is streamed."""
+    cancel = threading.Event()
+    try:
+        events = generations.events(lambda: reply.job.start(cancel), cancel)
+    except Busy as error:
+        raise HTTPException(503, str(error)) from error
+    watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
+    try:
+        first = await anext(events, None)
+        if first is None or isinstance(first, BaseException):
+            raise HTTPException(400 if isinstance(first, RewriteError) else 500,
+                                failure_message(first or RuntimeError("no answer")))
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(streamed(reply, after(first, events), include_usage, cancel),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        async for event in after(first, events):
+            if isinstance(event, BaseException):
+                raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
+            if isinstance(event, Result):
+                return reply.whole(event)
+        raise HTTPException(500, "the engine ended without an answer")
+    except BaseException:
+        cancel.set()
+        raise
+    finally:
+        watcher.cancel()  # a stream's response watches the client from here on
+
+
+async def streamed(reply: Answer, events: AsyncIterator, include_usage: bool,
+                   cancel: threading.Event) -> AsyncIterator[str]:
+    """The answer's chunks; `data: [DONE]` only after a Result. A client that goes away cancels the run."""
+    try:
+        yield frame(reply.first_chunk())
+        async for event in events:
+            if isinstance(event, BaseException):
+                yield frame({"error": {"message": failure_message(event), "type": "server_error", "param": None,
+                                       "code": None}})
+                return
+            if isinstance(event, Result):
+                yield frame(reply.last_chunk(event))
+                if include_usage:
+                    yield frame(reply.usage_chunk(event))
+                yield frame("[DONE]")
+                return
+            if (chunk := reply.chunk(event)) is not None:
+                yield frame(chunk)
+    finally:
+        cancel.set()
+
+
+# ---------------------------------------------------------------- dependencies and endpoints
+
+async def runs(connection: HTTPConnection) -> Generations:
+    return connection.app.state.generations
+
+
+async def loaded_assistant(model: Annotated[aio.Loader, Depends(model)]) -> Assistant:
+    return loaded(model)
+
+
+Model = Annotated[aio.Loader, Depends(model)]
+Runs = Annotated[Generations, Depends(runs)]
+LoadedAssistant = Annotated[Assistant, Depends(loaded_assistant)]
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request, model: Model) -> JSONResponse:
+    """200 once the model has loaded, 503 while it loads or if it failed. Never waits for a thread."""
+    assistant, error = model.loaded(), load_error(model)
+    status = "ok" if assistant is not None else ("error" if error else "loading")
+    return JSONResponse({"status": status, "model": request.app.state.model_name, "error": error},
+                        status_code=200 if assistant is not None else 503)
+
+
+@router.get("/v1/models")
+async def models(request: Request, assistant: LoadedAssistant) -> dict:
+    return {"object": "list", "data": [{"id": request.app.state.model_name, "object": "model", "created": 0,
+                                        "owned_by": "assistant", "max_model_len": assistant.loaded.context_length}]}
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatRequest, request: Request, assistant: LoadedAssistant, generations: Runs):
+    reply = Answer("chat.completion", request.app.state.model_name, chat_job(assistant, body))
+    return await answer(reply, body, request, generations)
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request, assistant: LoadedAssistant, generations: Runs):
+    reply = Answer("text_completion", request.app.state.model_name, completion_job(assistant, body))
+    return await answer(reply, body, request, generations)
+
+
+# ---------------------------------------------------------------- the app
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """The model loads while the server answers; /health says when it is ready."""
+    app.state.model.load(app.state.assistant_factory)
+    yield
+    if (assistant := app.state.model.loaded()) is not None:
+        assistant.close()
+
+
+def create_app(assistant_factory: Callable[[], Assistant], model_name: str, api_key: str | None = None,
+               max_generations: int = MAX_GENERATIONS) -> FastAPI:
+    """The server; `assistant_factory` builds the Assistant (called once, in a background thread). With
+    `api_key`, the key guards every /v1 request; without, the Host and Origin guard keeps other sites out."""
+    app = FastAPI(title="Editor assistant: OpenAI-compatible server", version="0.1.0", lifespan=lifespan,
+                  max_body_size=MAX_BODY_BYTES)
+    app.state.assistant_factory, app.state.model_name = assistant_factory, model_name
+    app.state.model, app.state.generations = aio.Loader(), Generations(max_generations)
+    if api_key:
+        app.add_middleware(RequireKey, key=api_key)
+    else:
+        app.add_middleware(GuardHostAndOrigin)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.include_router(router)
+    return app
+
+
+def server_config(app: FastAPI, host: str, port: int, **options) -> uvicorn.Config:
+    """uvicorn's settings: the number of connections is bounded, so no client can make the server hold
+    unbounded memory."""
+    return uvicorn.Config(app, host=host, port=port, limit_concurrency=MAX_CONNECTIONS, **options)
