@@ -38,7 +38,7 @@ def random_blocks(kind: GGMLQuantizationType, rows: int, features: int, seed: in
 
 
 def tile_groups(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random blocks laid out for `tile_kernel` (and `q8_kernel`), and the float32 weights GGUF's reference
+    """Random blocks laid out for `gguf_bf16` (and `gguf_vnni`), and the float32 weights GGUF's reference
     makes of them."""
     raw = random_blocks(kind, rows, features)
     reference = torch.from_numpy(quants.dequantize(raw, kind).reshape(rows, features))

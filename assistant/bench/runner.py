@@ -1,5 +1,5 @@
-"""The benchmark behind `assistant bench`: speed, exactness and attribution quality of every strategy
-on the benchmark data (`assistant/cli/bench.py` is the command).
+"""The benchmark behind `assistant bench`: speed, exactness, attribution quality and edit quality of
+every strategy on the benchmark data (`assistant/cli/bench.py` is the command).
 
 Records are measured one after another; each record runs every strategy in turn (interleaved,
 so that a machine that slows down over time hurts all strategies alike), plain decoding `ar`
@@ -9,30 +9,19 @@ or on Ctrl-C from what was measured so far.
 
 Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as
 the ratio of total tokens over total time, both with the prefill included; "after 1st token"
-is the ratio without it, which is where drafting acts (`hf-pld`'s first token is when generate()
-first hands tokens to a streamer). Prefix reuse is off for these runs (each
+is the ratio without it, which is where drafting acts. Prefix reuse is off for these runs (each
 strategy pays its own prefill, as `hf-pld` does) and measured apart: the same edit request
 twice, time to first token cold and warm, and the default strategy after the buffer was idle
-(`Assistant.warm`, as the editor does), to the end: its tokens/s against the others' cold ones.
+(`Assistant.warm`, as the editor does).
 
-Every answer runs to its end by default: each strategy, llama.cpp and `hf-pld` included, gets the
-output budget the front doors give (`Assistant.budget`: room for a whole rewrite of the document,
-twice its tokens and a little more), since an answer cut at a token limit is never written for the
-user. Each row says whether its answer was complete (it ended by itself); `--max-new-tokens N` cuts
-every answer at N instead, which makes runs shorter and weighs the prefill more. Before this default,
-the runs quoted cut answers at 320 tokens: on the Zen 4 EPYC, 3 of 6 code edits and 3 of 6 text
-edits of the 1.5B were cut there, in rewrites that ran to 501 to 2,097 tokens when let finish, so
-their "end to end" was mostly the prefill (`pld+h` 2.07x `ar` per code edit cut, 2.64x whole;
-docs/bench/2026-11-25-qwen1.5b-zen4-q8-prefetch and -whole).
+Every answer runs to its end by default, with the output budget the front doors give
+(`Assistant.budget`), since an answer cut at a token limit is never written for the user; each row
+says whether its answer was complete, and `--max-new-tokens N` cuts every answer at N instead.
 
 The `fix` task also measures edit quality: each output is run with its task's tests in a
-sandboxed process (`sandbox.py`), and the fix rate (tasks fixed / tasks tried) is reported beside
-the speed of each strategy.
-
-`llama-cpp` is llama.cpp's plain greedy decoding (llama-cpp-python, optional) of the same GGUF
-the engine converted, fed the engine's own prompt token ids, on the same records, with the
-engine's thread count (`torch.get_num_threads()`) and its own prefill each time; every strategy's
-tokens/s is also reported against it, with the prefill and without (time to first token apart).
+sandboxed process (`sandbox.py`), and the fix rate is reported beside the speed. `llama-cpp` is
+llama.cpp's plain greedy decoding (llama-cpp-python, optional) of the same GGUF, fed the engine's
+own prompt token ids, with the engine's thread count and its own prefill each time.
 """
 
 from __future__ import annotations

@@ -26,6 +26,13 @@ COMMANDS = {  # name: what `assistant --help` says of it; the module assistant.c
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    args = parser_for(argv).parse_args(argv)
+    show_progress()
+    return args.run(args)
+
+
+def parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The command's parser, with the options of the subcommand `argv` names (the others' names only)."""
     parser = argparse.ArgumentParser(prog="assistant", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
@@ -34,6 +41,4 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(f"assistant.cli.{name}").register(commands)
         else:
             commands.add_parser(name, help=summary)
-    args = parser.parse_args(argv)
-    show_progress()
-    return args.run(args)
+    return parser

@@ -5,16 +5,13 @@ one token. With a per-token acceptance rate a (acceptance stops at the first mis
 k yields (1 - a^(k+1)) / (1 - a) tokens on average, so the best k maximises that over the
 measured cost of a (k+1)-token forward. The cost curve is measured once per model, weights,
 device and thread count (cached on disk, or in memory where the cache cannot be written; a
-damaged file is measured again), in the background on a first start (inside model loading it
-took up to 100 s, and the doors looked hung); a is tracked online per generation. Where little is
-accepted (translation, answers to questions) k drops to 0 and decoding is plain decoding.
+damaged file is measured again), in the background on a first start; a is tracked online per
+generation. Where little is accepted (translation, answers to questions) k drops to 0 and
+decoding is plain decoding.
 
 A rewrite copies in long runs, so a is high and changes by regime (a copied stretch, then an edit):
-the estimate starts high and follows the last drafts closely. With a prior of 0.9 and the past
-weighing 0.5, `pld+h` on Qwen2.5-Coder-1.5B (gguf-bf16, 2-core Xeon; 6 code and 6 text edits of
-the bench, the settings taking turns per record, same texts) made 88.2 tokens/s after the first
-token against 82.2 with 0.7 and 0.8, in 257 steps against 304: drafts had grown by one to three
-tokens a step, from 8, through long copies that accepted them whole.
+the estimate starts high (`PRIOR`) and follows the last drafts closely (docs/kernels.md has the
+measurement that chose the weights).
 """
 
 from __future__ import annotations

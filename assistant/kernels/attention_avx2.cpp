@@ -12,30 +12,11 @@
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
 //
-// Loads: Zen 4 makes two a cycle, as many as FMAs (an FMA of an aligned chunk from L1 runs at its
-// peak, 109 GFMA/s on 2 cores). Scoring a row by 8 keys took 9 loads per 8 FMAs (its query's chunk and
-// 8 keys'), weighing a value 9 per 8 (8 chunks and the weight): a little over. So rows share what they
-// load: SCORED rows take each chunk of 4 keys once (7 loads per 12 FMAs), WEIGHED rows each chunk of a
-// value (7 per 12), held in a register (GCC otherwise folds the one load into every FMA as its memory
-// operand and nothing is shared: why two rows by four keys, tried so before, gained nothing). The
-// 1.5B's layer (12 heads, 2 key heads; medians, old and new taking turns in one process, Zen 4 EPYC):
-// 64 queries over 1,500 cached keys in L3 3.7 against 4.4 ms, 16 queries 0.81 against 0.92; over 28
-// layers' keys and values out of cache, 16 queries 29.4 against 31.3 ms, one query unchanged (5.9 ms,
-// bound by memory). In the model on gguf-q8 after 1,500 tokens: a prefill 7.97 against 8.24 s, a
-// 16-token verification 121.1 against 128.8 ms, a step 41.7 against 42.5; the same bits (every row's
-// operations are its own, in the same order).
-// A step reads its keys and values from memory (86 MB for the 1.5B after 1,500 tokens), at 16 GB/s
-// where the products read 40: too few misses in flight. Keys fetched into L2 AHEAD of the scoring
-// (16 KB; into L1, or 8 keys ahead, no faster) and each block's values during the block before: one
-// query over the 28 layers out of cache 4.0 against 5.3 ms (medians, taking turns), 16 queries 25.8
-// against 26.9; in the model, one-token steps taking turns with the kernel without it, 41.9 against
-// 43.1 ms (medians of 300). Against the kernel before both changes: steps 34.2 against 35.4 ms, 16-token
-// verifications 137.2 against 141.7 (medians of 300 and 75, in a faster minute).
-// Tried and dropped: the first block's values fetched during the scoring (no faster); four rows scored
-// together (spills: 64 queries 4.8 ms); one row weighing 4 chunks at a time (5.2 ms). The later rows'
-// own keys in `weigh` take their FMAs one row at a time: a loop over rows from a first row known only
-// at run time, tried with `score` choosing its first chunk's product at run time too, made 64 queries
-// 7.1 ms (the sums out of registers).
+// Loads: rows share what they load. SCORED rows take each chunk of 4 keys once, WEIGHED rows each
+// chunk of a value, held in a register (GCC otherwise folds the one load into every FMA as its memory
+// operand and nothing is shared). A step's keys are fetched into L2 AHEAD of the scoring and each
+// block's values during the block before. Every row's operations stay its own, in the same order.
+// The measurements behind these choices: docs/kernels.md.
 
 #include <immintrin.h>
 #include <omp.h>

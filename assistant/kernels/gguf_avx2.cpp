@@ -1,7 +1,7 @@
 // y = x W^T with W in a GGUF's own blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) and x, y and the sums in
-// float32, for AVX2 with FMA and F16C. Why, and what it measured: assistant/block_kernel.py.
+// float32, for AVX2 with FMA and F16C. Why, and what it measured: assistant/kernels/gguf_avx2.py.
 //
-// The blocks come regrouped by `block_kernel.repack`: each 8 outputs' blocks over the same inputs
+// The blocks come regrouped by `gguf_avx2.repack`: each 8 outputs' blocks over the same inputs
 // side by side, so that one 8-lane vector holds 8 outputs' weights at one input. Every output's sum is
 // then one chain of FMAs, input by input in order, in its own lane: no horizontal sum, the activation
 // broadcast, and the same sequence of operations whatever the number of rows and however they are
@@ -26,7 +26,7 @@ inline __m256 halves(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 inline __m128i eight(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 
 // A group: the blocks of 8 outputs over the same inputs, fields interleaved output by output, then
-// the codes input by input, 8 outputs each: see block_kernel.repack. Per kind: inputs per block
+// the codes input by input, 8 outputs each: see gguf_avx2.repack. Per kind: inputs per block
 // (BLOCK) and per scale (SUB), bytes per group's block, where the codes start, whether they are
 // nibbles (input i and i + 16 of a 32-input sub-block in one byte) or signed bytes, where Q5's fifth
 // bits are, and whether a weight has an offset: w = q s + o.
@@ -301,7 +301,7 @@ template <class L> struct Dequantize { static void run(const uint8_t* g, int64_t
 
 extern "C" {
 
-// x [m, k], groups of `kind` for n outputs (n a multiple of 8; see block_kernel.repack), y [m, n].
+// x [m, k], groups of `kind` for n outputs (n a multiple of 8; see gguf_avx2.repack), y [m, n].
 void block_linear(const float* x, int64_t m, int64_t k, const uint8_t* groups, int64_t n, int kind, float* y) {
     by_kind<Product>(kind, x, m, k, groups, n, y);
 }

@@ -1,40 +1,21 @@
-"""A matrix product straight on a GGUF's own quantized blocks, with float32 activations, for AVX2 CPUs.
+"""A matrix product straight on a GGUF's own quantized blocks, with float32 activations, for AVX2 CPUs
+(`--weights gguf`).
 
-A one-token step of Qwen2.5-Coder-1.5B reads every weight once, and in fbgemm's float16 it reads
-2.6 GB where the GGUF holds 1.0 GB. torch's int4 and int8 kernels read less but are vectorised for
-bfloat16 activations only, which AVX2 CPUs emulate. So the blocks are kept as shipped (Q4_K, Q6_K,
-Q5_0, Q8_0, ...) and `block_kernel.cpp` dequantizes them on the way to float32 FMAs.
+torch's int4 and int8 kernels read few bytes but are vectorised for bfloat16 activations only, which
+AVX2 CPUs emulate. So the blocks are kept as shipped (Q4_K, Q6_K, Q5_0, Q8_0, ...) and
+`gguf_avx2.cpp` dequantizes them on the way to float32 FMAs. `repack` regroups them once, when a
+model is packed: each 8 outputs' blocks over the same inputs side by side, their codes input by
+input, so that one AVX2 vector holds 8 outputs' weights at one input and each output's sum is one
+chain of FMAs in its own lane. Scales stay as the GGUF stores them; Q6_K's 6-bit codes become bytes.
 
-`repack` regroups them once, when a model is packed: each 8 outputs' blocks over the same inputs
-side by side, their codes input by input, so that one AVX2 vector holds 8 outputs' weights at one
-input. Each output's sum is then one chain of FMAs in its own lane, with the activation broadcast,
-as fbgemm and MKL multiply; a first kernel that summed along the inputs (8-lane partial sums and a
-horizontal sum, on the blocks as shipped) was bound by loads at 16 rows. Scales stay as the GGUF
-stores them (float16, 6-bit and 8-bit), so the groups take what the blocks took, except Q6_K,
-whose 6-bit codes become bytes (2192 bytes per 8 blocks against 1680: 1.10 GB for the 1.5B against
-0.98). Measured on a 2-core AMD EPYC (Zen 3, AVX2), 2 threads, the 197 matrices of
-Qwen2.5-Coder-1.5B one after another, best of 6 rounds interleaved (a noisy VM, one run):
+Invariant: up to `ROWS` rows every row's result is the same sequence of operations whatever the
+number of rows (tiles of up to 4 rows keep their sums in registers, larger ones read a panel
+dequantized into L1; both add the same products in the same order), so verification reproduces
+one-token steps bit for bit. Past `ROWS` rows (a prefill) the blocks are dequantized exactly, as
+the converted float32 model holds them, and multiplied by MKL in float32.
 
-    rows                              1        4        6        8       16       64
-    groups, this kernel           81 ms    121      238      292      423     1399
-    blocks as shipped, before    105      166      271      333      566     2109
-    float16, fbgemm              140      168      187      291      403     1381
-
-Since then, the tiles of up to 4 rows keep their sums in registers (GCC had stored them to memory
-at every input); in another run, interleaved the same way: one row 82 ms before, 64 after; two 107,
-84; three 143, 100; four and more unchanged (116 and 119, 16 rows 389 and 401).
-
-Up to 4 rows the weights are dequantized in registers as the FMAs need them; from 5 rows a panel of
-2 groups by 256 inputs is dequantized into L1 once, and tiles of up to 6 rows by 16 outputs read
-it. Both add the same products in the same order, so a row's result never depends on how many rows
-came with it, which verification needs to reproduce one-token steps bit for bit. Past `ROWS` rows
-(a prefill) the blocks are dequantized (exactly, as the converted float32 model holds them) and
-multiplied by MKL in float32; a prefill then costs what float32's does.
-
-The C++ source beside this file is compiled once per machine into the cache (about 10 s with g++;
-with no compiler or no AVX2 the format is not offered, and `auto` picks another) and called through
-ctypes, which releases the GIL (`Kernel`, which `tile_kernel` builds with too). It runs on torch's own
-OpenMP threads (the same libgomp).
+Built once per machine (`kernels.build`; with no compiler or no AVX2 the format is not offered and
+`auto` picks another); it runs on torch's own OpenMP threads. Measurements: docs/kernels.md.
 """
 
 from __future__ import annotations

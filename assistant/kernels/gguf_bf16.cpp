@@ -1,6 +1,6 @@
-// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `tile_kernel.repack`, on AMX or,
+// y = x W^T with W in a GGUF's own blocks, laid out as weight tiles by `gguf_bf16.repack`, on AMX or,
 // built without -mamx-tile, on AVX512-BF16's VDPBF16PS: x and y in float32, x rounded to bfloat16 for
-// the dot products. Why, and what it measured: tile_kernel.py.
+// the dot products. Why: gguf_bf16.py.
 //
 // A weight of sub-block u is q s_u + o_u: an integer code q (small enough for bfloat16 to hold it
 // exactly) times a scale, plus an offset, both per output (the GGUF's d sc and -dmin m for Q4_K). So
@@ -740,7 +740,7 @@ int amx_request() {
 #endif
 
 // x [m, k] float32 times `count` matrices, each [units, n (a multiple of 16), kind, bias] in `table`
-// (units: see tile_kernel.repack; bias: n float32, or 0), into y: matrix s's [m, n_s] after the others'.
+// (units: see gguf_bf16.repack; bias: n float32, or 0), into y: matrix s's [m, n_s] after the others'.
 void tile_linears(const float* x, int64_t m, int64_t k, int64_t count, const int64_t* table, float* y) {
     linears<Product>(x, m, k, count, table, y);
 }

@@ -1,79 +1,27 @@
 """A matrix product on a GGUF's own blocks laid out as AMX weight tiles: `--weights gguf-bf16`, on the
-tiles or, without AMX, on AVX512-BF16; `q8_kernel` (`--weights gguf-q8`) reads the same layout.
-
-On the 2-core Xeon with AMX (`lscpu`: model 167), bfloat16 through oneDNN made verification nearly
-free but a one-token step of Qwen2.5-Coder-1.5B read 3.1 GB of weights: 188 ms, and 235 padded to 32
-rows for exactness (`decoding`), against llama.cpp's 64 ms over 1 GB of 4-bit blocks. A read loop
-moves 27 GB/s on 2 threads here (13.5 on one), so the GGUF's 1.1 GB could take about 41 ms.
+tiles or, without AMX, on AVX512-BF16; `gguf_vnni` (`--weights gguf-q8`) reads the same layout.
 
 A weight of a GGUF block is an integer code times a scale plus an offset, per output and sub-block
 of 16 or 32 inputs (Q4_K: d sc q - dmin m). So each sub-block's product is the codes' product times
-the scale, plus the offset times the sum of the inputs. `tile_kernel.cpp` multiplies x, rounded to
-bfloat16, by the codes as bfloat16 integers with TDPBF16PS, one sub-block at a time from zero with
-float32 sums, and applies the scales and offsets in float32 FMAs. A code q below 128 becomes the
-bfloat16 of 128 + q by an OR of its exponent bits, exact in 7 mantissa bits, and 128 times the sum of
-the sub-block's inputs is taken away again in float32 (an error of about 1e-5 of the product, where
-rounding x to bfloat16 makes 4e-3). The weights are the GGUF's exactly, as in `--weights gguf`; only
-the activations are rounded, to bfloat16, at each product. Measured with the 1.5B's 197 matrices
-(random blocks of its types, Q4_K and Q6_K), one after another, 2 threads, best of 3 (ms for 1 / 4 /
-16 / 32 / 256 rows):
-
-    oneDNN bfloat16 (3.1 GB)                                 160-176 / 158-167 / 164-178 / 180-188 / 509-646
-    dequantized to bfloat16 in registers, then the tiles     108 / 112 / 119 / 125 / 508
-    codes through a table lookup into the tiles, scaled      80-85 / 86-90 / 110-125 / 164-189
-    codes by an OR, 2 KB of blocks prefetched ahead          62 / 69 / 93-99 / 161-187 / 581 (prefill path)
-
-Dequantizing cost the first: 88 of its 108 ms (the tiles alone 10): a float conversion, an FMA, a
-bfloat16 conversion and a permutation per 16 weights. The second expanded each tile row's 16 bytes
-of nibbles with two shuffles and a table lookup; with the codes of four rows packed in one word (two
-for bytes) a row is a shift, a mask and an OR. That alone gained nothing (80 ms) while reading the
-blocks stalled: without the memory traffic the same work took 57 ms, and without the tiles and the
-scaling, reading and converting took 50. Prefetching each unit's blocks 2 KB ahead (1 to 16 KB all
-gave 61 to 70 ms) let the reads run beside the work. AVX512-BF16's VDPBF16PS, which would skip the
-round trip through tile memory for a row or two, rounds otherwise than TDPBF16PS (a third of 3.2
-million sums differed, with the products' order swapped or not), so one instruction serves every
-row count. In the model, after 1,500 tokens: a one-token step 76 ms, 16 rows 130 (`docs/bench` has
-the run that measures it against llama.cpp).
+the scale, plus the offset times the sum of the inputs. `gguf_bf16.cpp` multiplies x, rounded to
+bfloat16, by the codes as bfloat16 integers with TDPBF16PS (or, without AMX, VDPBF16PS on one vector
+of 16 outputs x 2 inputs: the same layout), one sub-block at a time from zero with float32 sums, and
+applies the scales and offsets in float32 FMAs. A code q below 128 becomes the bfloat16 of 128 + q by
+an OR of its exponent bits, exact in 7 mantissa bits, and 128 times the sum of the sub-block's inputs
+is taken away again in float32. The weights are the GGUF's exactly; only the activations are rounded,
+to bfloat16, at each product.
 
 `repack` lays each 16 outputs' blocks out once, when a model is packed: the fields per output, then
 each 32-input chunk's codes for the rows of a weight tile (two inputs of 16 outputs a row), nibbles
 for 4-bit codes and bytes for Q8_0's 8; Q5's 5 bits and Q6_K's 6 as nibbles and, beside them, their
-one or two high bits, 16 or 8 rows to a word (the GGUF's bytes: 22 a Q5_0 block, 210 a Q6_K block).
-The 1.5B's layers and head (Q4_K and Q6_K): 950 MB (1,053 with Q6_K's codes in bytes, which a step
-read in 3.9 ms more, 39.8 against 35.9 ms at best after 1,500 tokens on the Zen 4 EPYC, 46.4 against
-43.2 at the median of 10 taking turns in one process; a verification 129.6 against 128.9, and the
-same bits).
-The 0.5B's Q5_0 layers: 165 MB instead of 255 in bytes; a step 20.8 against 24.3 ms, a verification
-56.6 against 60.4 (medians of 10, the same way), the same bits.
+one or two high bits, 16 or 8 rows to a word.
 
-Exactness: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
-of rows and whichever path computes it (up to 32 rows each sub-block's tiles are made as they are
-used, the next made while the tiles multiply; up to 64 a panel of 32 outputs made once), so verifying
-a draft reproduces one-token steps bit for bit. Scaling every sub-block costs many rows dearly (256
-rows: 1,143 ms against oneDNN's 628), so a prefill, which every strategy shares, multiplies the
-exact weights rounded to bfloat16 (the `bfloat16` model's), dequantized once per panel and 256 rows,
-and the tiles sum over all inputs: 256 rows 619 to 652 ms. Its rows too are computed alike whatever
-their number, past `ROWS`; a prompt prefilled in pieces of `ROWS` rows or fewer (a warm buffer's
-turns) gets other bits than in one piece, as with `--weights gguf`.
-
-Without AMX, on AVX512-BF16 alone (the 2-core AMD EPYC of the Zen 4 kind: `lscpu` family 25, model
-17), the same source is built without tiles (`AVX512`): a tile row is one vector of 16 outputs x 2
-inputs, which is what VDPBF16PS multiplies by a row's two inputs broadcast, so the layout, the packed
-files and the scaling stay; only the sums of a sub-block are each row's own chain of VDPBF16PS (for
-one or two rows the tile rows are made from the codes as they are multiplied, without the round trip
-through memory: one row 47 -> 37 ms). A prefill's rows take 12 at a time against a panel's dense
-tiles. The 1.5B's 197 matrices (random Q4_K blocks), one after another, 2 threads, best of 3, against
-the other formats on the same machine in the same run (ms for 1 / 2 / 4 / 16 / 32 / 256 rows):
-
-    gguf-bf16, VDPBF16PS               37 / 44 /  81 / 180-192 / 322-339 / 1946
-    gguf, the AVX2 block kernel        54 / 68 / 105 /     347 /     624 / 5034
-    float16, fbgemm                    91 / 94 / 100 /     287 /     543 / 3987
-    bfloat16, oneDNN (AVX512-BF16)    153 /144 / 158 /     231 /     342 / 1922
-
-Reading 35 GB/s there, the blocks' 0.9 GB take 25 ms; from 4 rows on the products are bound by
-VDPBF16PS (32 rows: 300 GFLOPS). Offered where the CPU has AVX512-BF16 (and AMX-BF16, where Linux
-grants the process the tile state, for the tiles); each build is made once per machine like the
-block kernel (`gguf_avx2.Kernel`).
+Invariant: up to `ROWS` rows a row's result is the same sequence of operations whatever the number
+of rows and whichever path computes it, so verifying a draft reproduces one-token steps bit for bit.
+A prefill (more rows) multiplies the exact weights rounded to bfloat16, dequantized once per panel
+and 256 rows; its rows too are computed alike whatever their number. Offered where the CPU has
+AVX512-BF16 (and AMX-BF16, where Linux grants the process the tile state, for the tiles); built once
+per machine (`kernels.build`). The measurements behind the design: docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -106,7 +54,7 @@ _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
 _LINEAR = {"tile_linears": ([_p, _i64, _i64, _i64, _p, _p], None)}
 AMX = Kernel("gguf_bf16.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
                           {"amx_request": ([], _i32)} | _LINEAR, _granted)
-# The same source without tiles: VDPBF16PS, and VPDPBUSD for `q8_kernel` (every CPU with AVX512-BF16 has VNNI).
+# The same source without tiles: VDPBF16PS, and VPDPBUSD for `gguf_vnni` (every CPU with AVX512-BF16 has VNNI).
 AVX512 = Kernel("gguf_bf16.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
                              _LINEAR | {"q8_linears": ([_p, _i64, _i64, _i64, _p, _p], None)})
 
@@ -140,11 +88,11 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     j's code for input 2r + p: four rows' nibbles to a word (row 4g + t at bits 4t of word 2j + p of
     the chunk's g-th 64 bytes) or two rows' bytes (row 2g + t at bits 8t). Codes are unsigned (Q6_K's
     q, Q5's with their fifth bit), Q8_0's signed. Q5's and Q6_K's codes are nibbles followed by a word
-    per high bit (`HIGH`), row r's at `high_bits_at` (tile_kernel.cpp)."""
+    per high bit (`HIGH`), row r's at `high_bits_at` (gguf_bf16.cpp)."""
     out, per = blocks.shape[0], gguf_avx2.KINDS[kind][0]
     raw = blocks.numpy().reshape(out, -1, gguf_avx2.KINDS[kind][1])
     fields, codes = gguf_avx2.block_fields(kind, raw)
-    if kind in (6, 7):  # Q5: the fifth bits, a field of block_kernel's, join the codes
+    if kind in (6, 7):  # Q5: the fifth bits, a field of gguf_avx2's, join the codes
         high = fields.pop()
         codes = codes | (((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4)
     if kind == 14:
@@ -161,7 +109,7 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     words = np.zeros(rows.shape[:3] + (16 // each,) + rows.shape[4:], np.uint16)  # group, block, chunk, g, j, p
     for r in range(16):  # row each g + t at bits t x bits of word 2j + p
         words[:, :, :, r // each] |= rows[:, :, :, r] << np.uint16(bits * (r % each))
-    if kind in HIGH:  # then words of the high bits, row r's at high_bits_at (tile_kernel.cpp) of word r x HIGH // 16
+    if kind in HIGH:  # then words of the high bits, row r's at high_bits_at (gguf_bf16.cpp) of word r x HIGH // 16
         per_code, high = HIGH[kind], tile_rows(codes >> 4)
         added = np.zeros(words.shape[:3] + (per_code,) + words.shape[4:], np.uint16)
         for r in range(16):

@@ -1,62 +1,18 @@
 """Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
 
-The kernel is registered with transformers as "assistant".
+The kernel is registered with transformers as "assistant". The KV cache is kept in float32
+(`kv_cache.preallocated_cache`) and attention runs in float32 whatever the model's dtype; only the
+few new positions of each step are converted.
 
-Two measurements decided it, both on the project's 2-core machines:
-- torch's fused CPU attention kernel (behind scaled_dot_product_attention) is slow for a single
-  bfloat16 query: 1.2 ms per layer over 2,000 keys, more than half of a one-token step, against
-  0.05-0.2 ms in float32. So the KV cache is kept in float32 (`kv_cache.preallocated_cache`) and
-  attention runs in float32 whatever the model's dtype; only the few new positions of each step are
-  converted. The cache doubles in size for a bfloat16 model, which is small next to its weights
-  (2,000 positions of SmolLM2-135M: 92 MB).
-- The fused kernel computes a query's row differently depending on how many queries come with it
-  (on the AMD EPYC, for every count from 1 to 32 against 1,500 keys, by about 1e-7), so a verified
-  draft could see other numbers than plain decoding. Steps of up to `FEW` queries (every decode
-  step and verification) therefore take two matrix products and a softmax. For the Qwen models'
-  shapes (6 and 7 query heads per key head) MKL then gives each row the same bits whatever the
-  count; for SmolLM2's (3 per key head) it does not, for some counts, and as with the fused kernel
-  the exactness tests measure what that costs. It is no slower: 0.33 against 0.59 ms for one query
-  over 1,500 keys of Qwen2.5-Coder-1.5B, 5.1 against 5.5 ms for 33. Prefill keeps the fused kernel.
-- A row must also not depend on how many keys lie past the ones it sees. Draft token i of a
-  verification sees the keys up to its own position, the later ones masked; the one-token step at
-  that position has no later keys. MKL sums the probabilities' product with the values in another
-  order for another count of keys (99 of 100 counts from 300 to 399 gave other bits with the masked
-  keys' zero probabilities than without them), and on Qwen2.5-Coder-0.5B, 1 of 10 code edits came out
-  other than `ar`'s in a bench run. So every product runs over the keys a query sees rounded up to
-  a multiple of `KEYS`, read from the cache's buffer past its end (`kv_cache` rounds its capacity up
-  and starts it at zeros), the rest masked: a row of a verification and its one-token step then
-  multiply the same shapes and the same numbers, the masked positions' zeros times whatever lies
-  there. It costs about 30 us a layer for a step (130 against 101 us over 1,500 keys of the 1.5B's
-  shapes, medians of runs taking turns), 25 to 40 for 11 to 25 queries. A cache without room past
-  its end (transformers' own, in `hf-pld`) gets products over exactly its keys, not row-exact.
-- On CPU, `attention_avx2.cpp` (`kernel_queries`) takes those steps instead: each query row alone,
-  over exactly the keys it sees, one fixed sequence of operations (see its source), so rows are alike
-  whatever the count of queries and keys, SmolLM2's shapes too, with nothing read past the end. One
-  query over 1,500 keys of the 1.5B's layer: 77 against 172 us (its 3 MB of keys and values warm in
-  L3; in the model, where they come from memory, about 180 us); 16 queries: 1.02 against 0.98 ms
-  (each row's own chains, at about two thirds of the FMA peak). In the model on gguf-q8 after 1,500
-  tokens (the two taking turns in one process, best of 6 x 3, Zen 4 EPYC): a one-token step 37.1
-  against 42.0 ms, a 16-token verification 149.6 against 158.3. A task is then one key head's rows
-  of all the queries, its keys and values read once for them: a verification's attention 29.6 against
-  34.2 ms when each query was a task (the same way, in another run). Rows of a task share the keys
-  and values they load, three at a time (the source has the measurement): in the model, a 16-token
-  verification 121.1 against 128.8 ms, a prefill 7.97 against 8.24 s. `few_queries` stays for other
-  devices. A decoder's steps call it through `projected`, which also rotates the queries and keys and
-  writes the cache, reading the projections as they come.
-- Tried and dropped: a float16 cache (as llama.cpp keeps it), converted to float32 a block of keys or
-  values at a time for every row to read. Over 1,500 keys of the 1.5B's 28 layers, each out of cache:
-  one query 121 against 203 us a layer (2.3 ms of a step), but 16 queries 1,302 against 1,019 (8 ms
-  of a verification, which `pld+h` takes more of than steps), and the logits of 16 rows moved by up to
-  0.9 (of 28.7) from the float32 cache's.
-- A prefill's rows are computed once, whatever the strategy, so they need no row-exact path: where the
-  CPU has AMX tiles the fused kernel takes them in bfloat16 (the cache stays float32), which runs on
-  the tiles. 1,500 queries of Qwen2.5-Coder-1.5B's layer (12 heads, 2 key heads): 11.7 ms against
-  36 ms in float32 (casts included; 2-core Xeon, model 167), at a relative error of 3e-3, what
-  rounding the activations to bfloat16 costs the products already (`tile_kernel`). The model's
-  1,500-token prefill on gguf-bf16: 4.7 s against 5.2 (the two taking turns, best of 3), the same
-  next token. Without AMX (the AVX2 EPYC) bfloat16 is emulated, and prefill stays float32; on the
-  Zen 4 EPYC, with AVX512-BF16 but no AMX, the same 1,500 queries took 53 ms in bfloat16 against 51
-  in float32 (casts included, best of 5), so there too.
+Invariant: a query row's result does not depend on how many queries come with it, nor on how many
+keys lie past the ones it sees, so a verified draft sees the numbers plain decoding would. Steps of
+up to `exactness.FEW` queries (every decode step and verification) therefore take a row-exact path:
+on CPU `kernels.attention_avx2` (`kernel_queries`; `projected` also rotates the queries and keys and
+writes the cache, reading the projections as they come), each row alone over exactly the keys it
+sees; elsewhere `few_queries`, two matrix products and a softmax over the keys a query sees rounded
+up to a multiple of `KEYS`, read from the cache's buffer past its end (zeros, masked). A prefill's
+rows are computed once, whatever the strategy, so they take the fused kernel (in bfloat16 where the
+CPU has AMX tiles; the cache stays float32). The measurements that chose this: docs/kernels.md.
 
 `head_attention` recomputes the attention probabilities of a few (layer, head) pairs for a few
 query positions from their hidden states and the cached keys, without a forward pass: PLD+(a)

@@ -1,16 +1,13 @@
 """A forward pass of our own for the families we ship (Llama, Qwen2): transformers' decoder layers
-called without its generic machinery.
+called without its generic machinery (masks our attention never reads, hooks, four levels of
+keyword wrappers per layer), which every step of every strategy saves.
 
-transformers' forward builds attention masks our `attention` never reads, records hidden states through
-hooks, and passes keyword arguments through four levels of wrappers per layer. On a model of the 1.5B's
-depth (28 layers, the arithmetic made negligible: 64 wide), a one-token step after 1,500 tokens took
-7.4 ms through transformers and 5.6 through this (16 rows: 11.3 and 9.8; best of 30, 2-core Zen 4
-EPYC), what every step of every strategy saves. It calls the model's own modules (norms, projections
-with their biases, rotary embedding, MLP) in transformers' order, so its logits and hidden states are
-transformers' bit for bit (`tests/test_decoder.py`); a model of another family, or on another attention,
-goes through transformers. Where our kernels take them, a layer's q, k and v, and its gate and up, are
-multiplied in one call (`weights.products`), and a step's attention rotates, caches and attends in one
-(`attention.projected`): the same bits, 2.6 ms less of a 1.5B step (41.0 against 43.7).
+Invariant: it calls the model's own modules (norms, projections with their biases, rotary
+embedding, MLP) in transformers' order, so its logits and hidden states are transformers' bit for
+bit (`tests/model/test_transformer.py`); a model of another family, or on another attention, goes
+through transformers. Where our kernels take them, a layer's q, k and v, and its gate and up, are
+multiplied in one call (`weights.products`), and a step's attention rotates, caches and attends in
+one (`attention.projected`): the same bits. Measurements: docs/kernels.md.
 """
 
 from __future__ import annotations

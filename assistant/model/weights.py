@@ -2,81 +2,26 @@
 
 A GGUF is dequantized to float32 when it is converted, and a float32 model reads 4 to 8 times the
 bytes llama.cpp reads per token. Every linear layer (the output head included) is therefore
-replaced by a compact one; norms, embeddings and attention stay as they are. Measured on a
-2-core AMD EPYC (AVX2, no AVX512), torch 2.13, 2 threads: random matrices of the shapes of the
-196 linear layers of Qwen2.5-Coder-1.5B without its head, one pass over all of them, best of 2
-(`ms for 1 / 4 / 16 / 64 rows`; float16 alone on the machine, the others beside other work at a
-load of about 2.5, so their figures are upper bounds):
+replaced by a compact one; norms, embeddings and attention stay as they are:
 
-    float32, MKL `F.linear`                            280 / 790 / 1080 / 2090
-    float16, fbgemm (`linear_dynamic_fp16`)            124 / 135 /  377 / 1168
-    int8 per channel, `_weight_int8pack_mm`, bf16 act   85 / 148 /  592 / 2325
-    int4 group 32, `_weight_int4pack_mm_for_cpu`       102 / 148 /  632 / 2231
+- `float16` (fbgemm), `int8` and `int4` (torch's kernels), `bfloat16` (oneDNN);
+- `gguf`, `gguf-bf16` and `gguf-q8`: the GGUF's own blocks, regrouped once when the model is packed,
+  through our kernels (`kernels.gguf_avx2`, `kernels.gguf_bf16` on AMX or AVX512-BF16,
+  `kernels.gguf_vnni` with activations quantized to 8 bits). Layers a GGUF holds in other types,
+  and every layer of a model that came without a GGUF, are quantized to Q8_0.
 
-`gguf` keeps the GGUF's own blocks (Q4_K, Q6_K, Q5_0, Q8_0, ...), regrouped by 8 outputs, and runs
-them through our AVX2 kernel (`block_kernel`): the real 1.5B matrices, in the same run as float16,
-81 / 121 / 423 / 1399 against fbgemm's 140 / 168 / 403 / 1381. Its groups take 1.1 GB against
-float16's 2.6 GB: loaded and after a forward, Qwen2.5-Coder-1.5B's process peaked at 1.6 GB
-resident against 9.6 GB (6.1 GB of it the float32 file's pages that packing reads, which the kernel
-may reclaim), and it loaded in 8 s against 29 s (caches warm; measured on the blocks as shipped,
-0.1 GB smaller). Layers a GGUF holds in other types, and every layer of a model that came without a
-GGUF, are quantized to Q8_0.
+`auto` measures the formats this machine offers once (a few seconds, cached per CPU, thread count,
+torch, the formats offered and the kernels' sources) on the products of a code edit with the
+default strategy (`EDIT`), and takes the fastest. Packed weights are cached beside the converted
+model and rebuilt when their layout changes.
 
-fbgemm's float16 kernel reads half the bytes of float32 and keeps its cost almost flat up to 6
-rows, which is what verification of a draft needs; torch's int8 and int4 kernels are vectorised
-for bfloat16 activations only and grow almost linearly in rows on AVX2. On an Intel Xeon with
-AVX512-BF16 an earlier measurement found the int4 kernel 2.8x faster than float32 for a
-one-token step. So `auto` measures the formats on this machine once (about 5 s, cached per CPU,
-thread count, torch, the formats offered and the block kernel's source) and takes the fastest for
-the products of a code edit with the default strategy (`EDIT`: a 1,500-token prompt as 6 products
-of 256 rows, and 25 verifications of 16 rows, 32 for bfloat16, whose steps decoding pads to 32 rows;
-they were 32 rows for all until a Zen 4 EPYC, below, scored bfloat16 within 1% of gguf-bf16 while
-its padded one-token step took 4x gguf-bf16's). On the (Zen 3) EPYC, one 8960x1536 matrix: float32 586 ms,
-bfloat16 3012, float16 358, int8 735, int4 794, gguf 428; 4864x896 (Qwen2.5-Coder-0.5B's, Q5_0):
-float16 117, gguf 147. So `auto` is float16 there. gguf's one-token step is 1.7x faster than
-float16's, but past 64 rows it multiplies through MKL in float32, slower than fbgemm's float16 at
-256 rows (47 against 37 ms), and its 32-row verifications only tie; in `assistant bench` on
-Qwen2.5-Coder-1.5B (1 code and 1 text edit, same run) `pld+h` made 7.7 and 11.9 tokens/s with gguf
-against 8.6 and 13.5 with float16, while `ar` made 4.4 and 6.3 with gguf. Scoring a one-token
-step and a 16-row verification alone had picked gguf.
-
-On a 2-core Intel Xeon with AMX and AVX512-BF16 (`lscpu`: model 167, 480 MB of L3), oneDNN runs
-bfloat16 products on AMX tiles, and `auto` scored the same products at bfloat16 137 ms, float16
-712, float32 852, int4 908, gguf 1230, int8 1247: bfloat16 there, until `gguf-bf16` ran the GGUF's
-own blocks on the same tiles (`tile_kernel`): 64 ms against bfloat16's 78 in another run (float32
-333, float16 249, int4 411, int8 436, gguf 325), so `auto` takes it there. In the model (Qwen2.5-Coder-1.5B,
-after 1,536 tokens, best of 3 or 4), bfloat16 took 188 ms for one row, 206 for 16 and 251 for 32,
-and 4.4 to 5.5 s for the 1,536-token prefill; gguf 99, 389 and 645 ms and 18.0 s; int4 83, 343 and
-643 ms and 29.1 s. A one-token step reads the weights (3.1 GB in bfloat16), more rows nearly
-nothing more, so verification is almost free; bfloat16 steps are padded to 32 rows for exactness
-(`decoding`), which costs plain decoding what verification costs.
-
-On a 2-core AMD EPYC of the Zen 4 kind (`lscpu`: family 25, model 17; AVX512-BF16 and VNNI, no AMX),
-`gguf-bf16` runs on VDPBF16PS (`tile_kernel`), and `auto` scored gguf-bf16 178 ms, bfloat16 180,
-float16 322, int4 387, gguf 424, int8 450, float32 540 with verifications of 32 rows for all; the
-1.5B's products of one row took 37 ms against bfloat16's 153 (and 342 padded to 32 rows). From 4 rows
-VDPBF16PS bounds them, so `gguf-q8` quantizes the activations to 8 bits, as llama.cpp does, for
-VPDPBUSD's 64 products an instruction (`q8_kernel`). The 1.5B's 197 matrices (random Q4_K blocks),
-same run, ms for 1 / 2 / 4 / 8 / 16 / 32 / 256 rows:
-
-    gguf-q8      23 / 29 / 31-35 / 48 / 91 / 178 / 1421
-    gguf-bf16    37 / 45 /    85 / 119 / 206 / 322-419 / 1933
-
-and in the model after 1,500 tokens (best of 5, the engines taking turns): a step 47.1 ms against
-66.9 (llama.cpp 37.6), a 16-token verification 160 against 254 (llama.cpp 280), the prefill 10.5 s
-against 12.8 (llama.cpp 17.0). `auto` scored gguf-q8 90, gguf-bf16 141, bfloat16 177, float16 271,
-int4 319, gguf 337, int8 360, float32 440: gguf-q8 there. Its activations' rounding moves SmolLM2's
-logits 3.4% (root mean square) from the float32 model's, against 0.7% for gguf-bf16's bfloat16; on
-the first 10 HumanEvalFix tasks of the bench the 1.5B's `pld+h` wrote the same 10 texts on both and
-fixed the same 6 as float32 did on the Xeon (`docs/bench/2026-11-25-qwen1.5b-zen4-fix-q8/`).
-
-Exactness: drafts are verified in one forward of many rows and must reproduce one-token steps
-bit for bit. torch's int8 and int4 kernels and our three kernels compute each row alone (up to 64
-rows for gguf's and gguf-bf16's: a longer prefill goes through MKL, or through bfloat16 weights;
-gguf-q8's whatever the rows). fbgemm's float16 kernel
-rounds a row differently when the batch has 1, 2, 7, 14, 31, 32, ... rows (2 threads, AVX2),
-so `Float16Linear` pads a batch to the next size that computes every row as a large batch
-does; the sizes are probed once when the model is packed.
+Invariant (exactness): drafts are verified in one forward of many rows and must reproduce one-token
+steps bit for bit, so every format computes a row alike whatever the number of rows: torch's int8
+and int4 kernels and our kernels compute each row alone (up to 64 rows for gguf and gguf-bf16, any
+number for gguf-q8); fbgemm's float16 kernel rounds a row differently for some batch sizes, so
+`Float16Linear` pads a batch to the next size that computes every row as a large batch does (probed
+once when the model is packed); bfloat16 forwards are padded to fixed shapes (`model.exactness`).
+The measurements that chose these are in docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -241,7 +186,7 @@ class GgufLinear(nn.Module):
     of `KERNEL.OUTPUTS` outputs) and multiplied by it (`products`); x, y and the sums in float32."""
 
     KEYS = ("groups", "kind")  # [out / OUTPUTS, bytes per group] uint8; [1] the GGML block type
-    KERNEL: ModuleType  # gguf_avx2, tile_kernel or q8_kernel
+    KERNEL: ModuleType  # gguf_avx2, gguf_bf16 or gguf_vnni
 
     def __init__(self, tensors: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int):
         super().__init__()
@@ -278,7 +223,7 @@ class GgufLinear(nn.Module):
 
 
 class BlockLinear(GgufLinear):
-    """Groups of 8 outputs through the AVX2 kernel (`block_kernel`): float32 activations, a matrix a call."""
+    """Groups of 8 outputs through the AVX2 kernel (`kernels.gguf_avx2`): float32 activations, a matrix a call."""
 
     KERNEL = gguf_avx2
 
@@ -291,14 +236,14 @@ class BlockLinear(GgufLinear):
 
 
 class TileLinear(GgufLinear):
-    """Groups of 16 outputs through the tile kernel (`tile_kernel`, on AMX or AVX512-BF16): activations
+    """Groups of 16 outputs through the tile kernel (`gguf_bf16`, on AMX or AVX512-BF16): activations
     rounded to bfloat16 there."""
 
     KERNEL = gguf_bf16
 
 
 class Q8Linear(GgufLinear):
-    """The same groups through VPDPBUSD (`q8_kernel`): activations quantized to 8 bits per 32 inputs (256 for K-quants)."""
+    """The same groups through VPDPBUSD (`gguf_vnni`): activations quantized to 8 bits per 32 inputs (256 for K-quants)."""
 
     KERNEL = gguf_vnni
     ROWS_ALIKE = True  # every row computed alike whatever the rows, a prefill's too (`exactness.alike`)

@@ -1,4 +1,4 @@
-"""`--weights gguf-q8`: the GGUF's own blocks (`tile_kernel`'s groups) times activations quantized to 8
+"""`--weights gguf-q8`: the GGUF's own blocks (`gguf_bf16`'s groups) times activations quantized to 8
 bits per row and 32 inputs (256 for the K-quants), on AVX512-VNNI: a row's result is the exact product of its quantized x with
 the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks."""
 

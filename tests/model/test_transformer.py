@@ -1,4 +1,4 @@
-"""The engine's own forward pass (`decoder`) gives transformers' logits and hidden states bit for bit,
+"""The engine's own forward pass (`model.transformer`) gives transformers' logits and hidden states bit for bit,
 for every shape of pass the decode loop makes, on both families it takes."""
 
 from __future__ import annotations
