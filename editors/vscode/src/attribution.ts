@@ -19,15 +19,19 @@ export interface Span {
   source: Range;
 }
 
-/** The params of the `assistant/attribution` notification. */
-export interface AttributionParams {
+/** A notification about one document, made for one version of it. */
+export interface Versioned {
   uri: string;
-  version?: number;
+  version?: number | null;
+}
+
+/** The params of the `assistant/attribution` notification. */
+export interface AttributionParams extends Versioned {
   spans: Span[];
 }
 
 /** Whether a notification describes an older version of the document than the one open now. */
-export function isStale(params: AttributionParams, documentVersion: number): boolean {
+export function isStale(params: Versioned, documentVersion: number): boolean {
   return params.version !== undefined && params.version !== null && params.version < documentVersion;
 }
 
