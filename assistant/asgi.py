@@ -95,12 +95,21 @@ class Generations:
     def __init__(self, limit: int):
         self.slots = threading.BoundedSemaphore(limit)
         self.limit = limit
+        self._running = 0
+        self._counting = threading.Lock()
+
+    @property
+    def running(self) -> int:
+        """Generations started (running or waiting their turn) and not yet let go by the engine."""
+        return self._running
 
     def events(self, start: Callable[[], Iterator[Event]], cancel: threading.Event) -> AsyncIterator:
         """The events of `start()` (called on the worker thread, so a request's tokenizing stays off the loop),
         on the event loop; an exception comes as an item. Raises Busy when full."""
         if not self.slots.acquire(blocking=False):
             raise Busy(f"the server is busy: {self.limit} requests are already running or waiting; try again later")
+        with self._counting:
+            self._running += 1
         return aio.events(self._run(start), cancel)
 
     def _run(self, start: Callable[[], Iterator[Event]]):
@@ -108,6 +117,8 @@ class Generations:
         try:
             yield from start()
         finally:
+            with self._counting:
+                self._running -= 1
             self.slots.release()
 
 

@@ -96,6 +96,11 @@ async def invalid_request(request: Request, error: RequestValidationError) -> JS
     return error_response(400, problems)
 
 
+async def refused(request: Request, error: RewriteError) -> JSONResponse:
+    """A request the engine refuses before anything runs (RewriteError says what to change)."""
+    return error_response(400, str(error))
+
+
 def failure_message(error: BaseException) -> str:
     if isinstance(error, RewriteError):
         return str(error)
@@ -253,6 +258,7 @@ def create_app(assistant_factory: Callable[[], Assistant], model_name: str, api_
         app.add_middleware(GuardHostAndOrigin)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(RewriteError, refused)
     app.include_router(router)
     return app
 
