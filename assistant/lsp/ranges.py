@@ -100,8 +100,9 @@ class Lines:
     def range(self, start: int, end: int) -> types.Range:
         return types.Range(*self.positions([start, end]))
 
-    def offset(self, position: types.Position) -> int:
-        """The string offset of an LSP position; ValueError when it lies outside the text."""
+    def offset(self, position: types.Position, clamp: bool = False) -> int:
+        """The string offset of an LSP position; ValueError when it lies outside the text. With `clamp`, a
+        character past its line's end means the line's end, as the LSP specification has it."""
         if not 0 <= position.line < len(self.starts) or position.character < 0:
             raise ValueError(f"line {position.line} is outside the document")
         start = self.starts[position.line]
@@ -114,12 +115,12 @@ class Lines:
                     raise ValueError(f"character {position.character} splits a character")
                 return start + index
             units += self.codec.impl.code_units_for_char(char)
-        if units == position.character:
+        if units == position.character or clamp:
             return start + len(content)
         raise ValueError(f"character {position.character} is past the end of line {position.line}")
 
-    def offsets(self, range_: types.Range) -> tuple[int, int]:
-        start, end = self.offset(range_.start), self.offset(range_.end)
+    def offsets(self, range_: types.Range, clamp: bool = False) -> tuple[int, int]:
+        start, end = self.offset(range_.start, clamp), self.offset(range_.end, clamp)
         if end < start:
             raise ValueError("the range ends before it starts")
         return start, end
@@ -143,8 +144,8 @@ def offset_at(text: str, position: types.Position, encoding: str = UTF16) -> int
     return lines(text, encoding).offset(position)
 
 
-def offsets_of(text: str, range_: types.Range, encoding: str = UTF16) -> tuple[int, int]:
-    return lines(text, encoding).offsets(range_)
+def offsets_of(text: str, range_: types.Range, encoding: str = UTF16, clamp: bool = False) -> tuple[int, int]:
+    return lines(text, encoding).offsets(range_, clamp)
 
 
 @lru_cache(maxsize=8)

@@ -26,7 +26,7 @@ from pygls.protocol.language_server import lsp_method
 
 from assistant import Assistant
 from assistant.engine import aio
-from assistant.lsp import ranges, session
+from assistant.lsp import documents, ranges, session
 from assistant.lsp.rewrite import Rewrite
 
 REQUEST_TIMEOUT = 5.0  # seconds the client has to answer a request of ours (`--request-timeout`)
@@ -47,6 +47,13 @@ class Protocol(LanguageServerProtocol):
             self._send_response(data["id"], error=JsonRpcInvalidParams(
                 f"invalid params for {data['method']}: {problem}").to_response_error())
             return JsonRPCNotification(method="$/invalidRequest", jsonrpc="2.0", params=None)  # answered; ignored
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        """pygls' initialize, then a workspace whose documents count lines as LSP does (`lsp.documents`)."""
+        answer = yield from super().lsp_initialize(params)
+        self._workspace = documents.Workspace.like(self._workspace)
+        return answer
 
     def _handle_cancel_notification(self, msg_id):
         # pygls only cancels the future of a request that has not started; a running rewrite
