@@ -29,6 +29,7 @@ from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError
 from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
                             loaded, model)
 from assistant.bench import data
+from assistant.connections import PingedWebSocketProtocol, ReapedH11Protocol
 from assistant.engine import aio
 
 STATIC = Path(__file__).parent / "static"
@@ -38,7 +39,8 @@ MAX_NEW_TOKENS = 4096
 # The largest valid request: every character of the text written as a JSON escape pair (12 bytes).
 MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
 MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
-MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
+MAX_CONNECTIONS = 256  # open connections; past it the longest idle is closed, or uvicorn answers 503
+PING_SECONDS = 5.0  # a websocket is pinged this often, and dropped when its pong is this late
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
 
 
@@ -375,6 +377,9 @@ def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
 
 def server_config(app: FastAPI, host: str, port: int, **options):
     """uvicorn's settings for the playground: a websocket message is bounded like an HTTP body, and so
-    is the number of connections, so no client can make the server hold unbounded memory."""
-    return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", ws_max_size=MAX_BODY_BYTES,
+    is the number of connections, so no client can make the server hold unbounded memory; idle and
+    unfinished connections are closed (`connections`), and a websocket whose peer stopped answering is dropped
+    within two PING_SECONDS, cancelling its rewrite."""
+    return uvicorn.Config(app, host=host, port=port, http=ReapedH11Protocol, ws=PingedWebSocketProtocol,
+                          ws_max_size=MAX_BODY_BYTES, ws_ping_interval=PING_SECONDS, ws_ping_timeout=PING_SECONDS,
                           limit_concurrency=MAX_CONNECTIONS, **options)
