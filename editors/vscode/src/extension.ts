@@ -137,6 +137,7 @@ async function rewrite(selection: boolean): Promise<void> {
   const uri = client.code2ProtocolConverter.asUri(editor.document.uri);
   const line = editor.document.lineAt(editor.selection.active.line).rangeIncludingLineBreak;
   const target = editor.selection.isEmpty ? line : editor.selection;
+  editor.selection = new vscode.Selection(target.start, target.start); // the review's marks, not a selection, show
   const result = selection
     ? await execute<RewriteResult>("assistant.rewriteSelection", [uri, client.code2ProtocolConverter.asRange(target), instruction])
     : await execute<RewriteResult>("assistant.rewriteDocument", [uri, instruction]);
