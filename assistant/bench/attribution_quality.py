@@ -1,7 +1,7 @@
 """How good the attribution of an output is, judged against a character alignment with its document.
 
-The alignment (difflib's matching blocks, character level, no junk heuristic) says which output
-characters were kept from the document and where each came from. Against it:
+The alignment (`engine.alignment`: difflib's matching blocks, character level, no junk heuristic) says
+which output characters were kept from the document and where each came from. Against it:
 
 - coverage: of the kept output characters, the share that carry attribution at all;
 - precision: of all attributed output characters (kept or not), the share whose source
@@ -17,8 +17,9 @@ Counts are returned rather than ratios so that a benchmark can pool them over ma
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
+
+from assistant.engine.alignment import alignment
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,6 @@ class Quality:
     @property
     def precision(self) -> float | None:
         return self.correct / self.attributed if self.attributed else None
-
-
-def alignment(document: str, output: str) -> list[int | None]:
-    """The document position of every output character the alignment keeps, None for inserted ones."""
-    aligned: list[int | None] = [None] * len(output)
-    for block in difflib.SequenceMatcher(None, document, output, autojunk=False).get_matching_blocks():
-        aligned[block.b:block.b + block.size] = range(block.a, block.a + block.size)
-    return aligned
 
 
 def attributed_sources(output: str, spans) -> list[int | None]:

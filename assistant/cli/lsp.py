@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 
-from assistant.cli.options import add_model_options
+from assistant.cli.options import add_engine_option, add_model_options, assistant_for
 from assistant.lsp.server import REQUEST_TIMEOUT, server
 
 
 def register(commands) -> None:
     parser = commands.add_parser("lsp", help="run the language server (stdio, or --tcp HOST:PORT)")
     add_model_options(parser)
+    add_engine_option(parser)
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP socket instead of stdio")
     parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
                         help="how long the editor has to answer an edit or a progress request (default %(default)s)")
@@ -23,7 +24,7 @@ def register(commands) -> None:
 def run(args) -> int:
     logging.basicConfig(level=logging.WARNING)
     server.request_timeout = args.request_timeout
-    server.load(args)
+    server.load(lambda: assistant_for(args))
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         server.start_tcp(host or "127.0.0.1", int(port))

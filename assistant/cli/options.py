@@ -9,7 +9,8 @@ import signal
 import sys
 
 from assistant import config
-from assistant.engine.assistant import DEFAULT_STRATEGY, STRATEGIES
+from assistant.engine.assistant import DEFAULT_STRATEGY, STRATEGIES, Assistant
+from assistant.engine.remote import RemoteAssistant
 from assistant.model import loading, weights
 
 
@@ -23,6 +24,21 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)
+
+
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    """--engine, for a door that can send its requests to a server instead of loading a model."""
+    parser.add_argument("--engine", default=config.settings().engine, metavar="URL",
+                        help="an OpenAI-compatible server (assistant serve, vLLM, llama.cpp, Ollama) to send the "
+                             "requests to instead of loading a model (default: ASSISTANT_ENGINE; its key: "
+                             "ASSISTANT_API_KEY)")
+
+
+def assistant_for(args: argparse.Namespace) -> Assistant | RemoteAssistant:
+    """The door's assistant: the engine at --engine, or the model loaded here."""
+    if args.engine:
+        return RemoteAssistant(args.engine, strategy=args.strategy, api_key=config.settings().api_key)
+    return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
 
 
 def interrupt_on_sigterm() -> None:

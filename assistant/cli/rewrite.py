@@ -31,8 +31,8 @@ from rich.progress import Progress as Bar
 from rich.text import Text
 
 from assistant import files
-from assistant.cli.options import add_model_options, interrupt_on_sigterm
-from assistant.engine.assistant import Assistant, Delta, Result, RewriteError, check_instruction
+from assistant.cli.options import add_engine_option, add_model_options, assistant_for, interrupt_on_sigterm
+from assistant.engine.assistant import Delta, Result, RewriteError, check_instruction
 from assistant.engine.output import Span
 from assistant.model.loading import ModelError
 
@@ -63,6 +63,7 @@ def register(commands) -> None:
     output.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the new text to OUT")
     output.add_argument("--quiet", action="store_true", help="no progress and no summary on stderr")
     add_model_options(parser)
+    add_engine_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -424,7 +425,7 @@ def run(args) -> int:
         return FAILED
     assistant = None
     try:
-        assistant = Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+        assistant = assistant_for(args)
         console = terminal_console(args)
         for source in sources:
             try:

@@ -9,14 +9,14 @@ import argparse
 
 import uvicorn
 
-from assistant.cli.options import add_model_options
-from assistant.engine.assistant import Assistant
+from assistant.cli.options import add_engine_option, add_model_options, assistant_for
 from assistant.web.app import create_app, server_config
 
 
 def register(commands) -> None:
     parser = commands.add_parser("web", help="serve the web playground", description="Serve the web playground.")
     add_model_options(parser)
+    add_engine_option(parser)
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.set_defaults(run=run)
@@ -24,7 +24,7 @@ def register(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     def factory():
-        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+        return assistant_for(args)
 
     print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
     uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()

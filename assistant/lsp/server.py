@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
@@ -89,10 +90,9 @@ class AssistantServer(LanguageServer):
         # reject and a newer rewrite's first edit, sent together, named the same version and one was refused
         self.editing: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def load(self, args) -> None:
-        """Load the model in a background thread so `initialize` answers at once."""
-        self.engine.load(lambda: Assistant(args.model, strategy=args.strategy, weights=args.weights,
-                                           device=args.device))
+    def load(self, build: Callable[[], Assistant]) -> None:
+        """Load the model (or reach the engine of --engine) in a background thread so `initialize` answers at once."""
+        self.engine.load(build)
 
     def cancel_request(self, msg_id) -> None:
         if (cancel := self.requests.get(msg_id)) is not None:

@@ -24,7 +24,7 @@ import hmac
 import ipaddress
 import json
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -60,6 +60,7 @@ from assistant.serve.protocol import (
 MAX_BODY_BYTES = 16 << 20  # a request of the largest texts protocol.py accepts, every character escaped
 MAX_GENERATIONS = 64  # requests running or waiting for the model (each holds a thread); more get 503
 MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
+KEEP_ALIVE = 10.0  # seconds a stream may go without a chunk before it gets a comment
 
 
 class NoKeyForOpenAddress(ValueError):
@@ -130,10 +131,15 @@ def frame(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-async def after(first, rest: AsyncIterator) -> AsyncIterator:
-    yield first
-    async for item in rest:
-        yield item
+STARTED = object()  # what a generation yields first once the engine has taken its request
+
+
+def started(job, cancel: threading.Event) -> Iterator:
+    """The job's events after STARTED: a request the engine refuses raises before it (RewriteError), so it
+    is answered with an HTTP error; one it takes is answered at once, even while it waits for the model."""
+    events = job.start(cancel)
+    yield STARTED
+    yield from events
 
 
 async def answer(reply: Answer, body: Sampled, request: Request, generations: Generations):
@@ -141,20 +147,20 @@ async def answer(reply: Answer, body: Sampled, request: Request, generations: Ge
     server) is an HTTP error, since it comes before anything is streamed."""
     cancel = threading.Event()
     try:
-        events = generations.events(lambda: reply.job.start(cancel), cancel)
+        events = generations.events(lambda: started(reply.job, cancel), cancel)
     except Busy as error:
         raise HTTPException(503, str(error)) from error
     watcher = asyncio.create_task(cancel_on_disconnect(request, cancel))
     try:
         first = await anext(events, None)
-        if first is None or isinstance(first, BaseException):
+        if first is not STARTED:
             raise HTTPException(400 if isinstance(first, RewriteError) else 500,
                                 failure_message(first or RuntimeError("no answer")))
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(streamed(reply, after(first, events), include_usage, cancel),
+            return StreamingResponse(streamed(reply, events, include_usage, cancel),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        async for event in after(first, events):
+        async for event in events:
             if isinstance(event, BaseException):
                 raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
             if isinstance(event, Result):
@@ -167,12 +173,34 @@ async def answer(reply: Answer, body: Sampled, request: Request, generations: Ge
         watcher.cancel()  # a stream's response watches the client from here on
 
 
+async def paced(events: AsyncIterator) -> AsyncIterator:
+    """`events`, with None after every KEEP_ALIVE seconds without one (a prefill, a wait in the queue)."""
+    waiting = asyncio.ensure_future(anext(events, StopAsyncIteration))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=KEEP_ALIVE)
+            if not done:
+                yield None
+                continue
+            if (item := waiting.result()) is StopAsyncIteration:
+                return
+            yield item
+            waiting = asyncio.ensure_future(anext(events, StopAsyncIteration))
+    finally:
+        waiting.cancel()
+
+
 async def streamed(reply: Answer, events: AsyncIterator, include_usage: bool,
                    cancel: threading.Event) -> AsyncIterator[str]:
-    """The answer's chunks; `data: [DONE]` only after a Result. A client that goes away cancels the run."""
+    """The answer's chunks; `data: [DONE]` only after a Result; an SSE comment every KEEP_ALIVE seconds
+    without one, so a client or proxy can tell a waiting server from a dead one. A client that goes away
+    cancels the run."""
     try:
         yield frame(reply.first_chunk())
-        async for event in events:
+        async for event in paced(events):
+            if event is None:
+                yield ": keep-alive\n\n"
+                continue
             if isinstance(event, BaseException):
                 yield frame({"error": {"message": failure_message(event), "type": "server_error", "param": None,
                                        "code": None}})

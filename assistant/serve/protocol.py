@@ -15,7 +15,9 @@ Every answer is decoded with the engine's strategies (`assistant.strategy`, the 
 losslessly: greedy output is the same whatever the strategy. Attribution travels in the extension field
 `assistant.spans` of each chunk (or of the whole answer): `{"output": [a, b], "source": S}` where S is
 `{"message": i, "start": c, "end": d}` (characters of messages[i].content), `{"document": ...}` or
-`{"prediction": ...}` likewise, or null for text the model wrote itself.
+`{"prediction": ...}` likewise, or null for text the model wrote itself; `assistant.step` and
+`assistant.totals` are the decoding step's figures and the answer's so far. While a request waits for
+the model, chunks with `assistant.queued` say how many run before it.
 """
 
 from __future__ import annotations
@@ -236,9 +238,12 @@ class Answer:
         """The streamed chunk of an engine event (None for one that shows nothing)."""
         if isinstance(event, Queued):
             return self.envelope(self.piece({}), True, {"queued": event.ahead})
-        if isinstance(event, Delta) and (event.text or event.tokens):
+        if isinstance(event, Delta) and (event.text or event.tokens or event.new_tokens):
             self.text += event.text
-            return self.envelope(self.piece({"content": event.text}), True, {"spans": self.spans(event.tokens)})
+            step = {"new_tokens": event.new_tokens, "drafted": event.drafted, "accepted": event.accepted,
+                    "seconds": round(event.seconds, 5)}
+            return self.envelope(self.piece({"content": event.text}), True, {
+                "spans": self.spans(event.tokens), "step": step, "totals": event.totals.to_json()})
         return None
 
     def last_chunk(self, result: Result) -> dict:

@@ -28,19 +28,19 @@ def eventually(condition, what: str, seconds: float = 120) -> None:
 
 
 @contextmanager
-def serve(app, ready: bool = True):
-    """Run `app` under uvicorn on 127.0.0.1 until /health says the model loaded (with `ready`); yields the
-    base URL."""
+def serve(app, health: str | None = "/health", config=server_config):
+    """Run `app` under uvicorn (`config` makes its settings) on 127.0.0.1 until GET `health` answers 200 (the
+    model has loaded; None: until it listens); yields the base URL."""
     port = free_port()
-    server = uvicorn.Server(server_config(app, "127.0.0.1", port, log_level="warning"))
+    server = uvicorn.Server(config(app, "127.0.0.1", port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
     try:
         eventually(lambda: server.started or not thread.is_alive(), "the server did not start", 60)
         assert thread.is_alive(), "the server stopped at start"
-        if ready:
-            eventually(lambda: httpx.get(f"{base}/health").status_code == 200, "the model did not load")
+        if health:
+            eventually(lambda: httpx.get(f"{base}{health}").status_code == 200, "the model did not load")
         yield base
     finally:
         server.should_exit = True

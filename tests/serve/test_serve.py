@@ -182,7 +182,7 @@ def test_host_guard_on_loopback(server):
 
 def test_a_key_guards_every_v1_request():
     never = threading.Event()
-    with serve(create_app(never.wait, MODEL, api_key="secret"), ready=False) as base:
+    with serve(create_app(never.wait, MODEL, api_key="secret"), health=None) as base:
         try:
             with pytest.raises(openai.AuthenticationError, match="API key"):
                 openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0).models.list()
@@ -206,5 +206,5 @@ def test_binding_other_addresses_needs_a_key():
             check_bind(host, None)
     env = {key: value for key, value in os.environ.items() if key != "ASSISTANT_API_KEY"}
     done = subprocess.run([sys.executable, "-m", "assistant.cli", "serve", "--host", "0.0.0.0", "--port",
-                           str(free_port())], capture_output=True, text=True, timeout=120, env=env)
+                           str(free_port())], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 2 and "--api-key" in done.stderr
