@@ -242,7 +242,13 @@ def test_rewrite_reviewed_hunk_by_hunk_and_undone_in_one_step(page, workspace):
     wait_for_buffer(page, accepted)
     assert accepted != ORIGINAL
 
-    # One undo puts back the text from before the rewrite.
+    # Typing after the review is an undo step of its own; one more undo puts back the text from before
+    # the rewrite.
+    page.keyboard.press("Control+End")
+    page.keyboard.type("#")
+    wait_for_buffer(page, accepted + "#")
+    page.keyboard.press("Control+Z")
+    wait_for_buffer(page, accepted)
     page.keyboard.press("Control+Z")
     wait_for_buffer(page, ORIGINAL)
 
