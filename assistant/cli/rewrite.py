@@ -6,7 +6,12 @@ in turn, one failure not stopping the others. The engine plans long files (it sp
 pieces); an answer that did not finish (token limit, cancel, failure) is never written, and the
 command exits non-zero naming the option that would let it finish. Writes go to a temporary
 file next to the target (a link's target, for a link) that replaces it atomically, keeping its
-owner and mode, so an interruption at any moment leaves the original intact.
+owner and mode, so an interruption at any moment leaves the original intact. A file with several
+hard links is written over in place instead, so that every name sees the new text (what Vim's
+`backupcopy=auto` and Emacs's `backup-by-copying-when-linked` do): its old text is first copied
+beside it (PATH~, or with --no-backup a hidden copy removed once the new text is written), where an
+interruption leaves it. A byte-order mark belongs to the file's encoding, not its text: the model
+never sees it, and the file written keeps it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from assistant.engine.output import Span
 from assistant.model.loading import ModelError
 
 USAGE, FAILED = 2, 1
+BOM = "\ufeff"
 
 
 class Refused(Exception):
@@ -76,6 +82,7 @@ class Source:
     path: str  # as given; "-" is stdin
     text: str
     crlf: bool  # every line ended in \r\n: restored on output
+    bom: bool  # the file began with a byte-order mark the encoding left in the text: kept out of it, written back
     final_newline: bool
     fingerprint: tuple | None  # (mtime_ns, size, sha256) to notice a change on disk before replacing
     selection: tuple[int, int] | None
@@ -107,13 +114,15 @@ def read_source(path: str, encoding: str | None, lines: str | None) -> Source:
                       "give its encoding with --encoding") from None
     except LookupError:
         raise Refused(f"unknown encoding {encoding!r}") from None
+    bom = raw.startswith(BOM)  # UTF-8's, or UTF-16-LE's named as such: the codec keeps it as a character
+    raw = raw.removeprefix(BOM)
     if "\x00" in raw:  # decoded first: UTF-16 text is full of NUL bytes
         raise Refused(f"{path}: looks binary (it contains NUL characters); not rewriting it")
     if not raw.strip():
         raise Refused(f"{path}: is empty; there is nothing to rewrite")
     crlf = "\r\n" in raw and raw.count("\r\n") == raw.count("\n")  # no line break at all: LF, the default
     text = raw.replace("\r\n", "\n") if crlf else raw
-    return Source(path, text, crlf, text.endswith("\n"), mark, line_range(text, lines, path))
+    return Source(path, text, crlf, bom, text.endswith("\n"), mark, line_range(text, lines, path))
 
 
 def line_range(text: str, lines: str | None, path: str) -> tuple[int, int] | None:
@@ -221,8 +230,9 @@ def original_text(source: Source) -> str:
 
 def write_atomically(target: Path, data: bytes, source: Source, backup: bool) -> list[str]:
     """Replace `target` (a link's target, for a link) by `data` through a temporary file in its
-    folder: never a half-written file, nothing left behind on failure. Returns what of the old
-    file's owner and mode could not be kept."""
+    folder: never a half-written file, nothing left behind on failure (a hard-linked file is written
+    over in place instead, `write_linked`). Returns what of the old file's owner and mode could not
+    be kept."""
     target = Path(os.path.realpath(target))
     if source.fingerprint is not None and target == Path(os.path.realpath(source.path)):
         try:
@@ -231,6 +241,9 @@ def write_atomically(target: Path, data: bytes, source: Source, backup: bool) ->
             unchanged = False
         if not unchanged:
             raise Refused(f"{source.path}: changed on disk while it was being rewritten; not overwriting it")
+    if target.exists() and os.stat(target).st_nlink > 1:
+        write_linked(target, data, backup)
+        return []  # the same inode: its owner and mode stay
     with files.temporary_beside(target) as temporary:
         files.write_synced(temporary, data)
         lost = keep_owner_and_mode(temporary, target)
@@ -256,16 +269,36 @@ def keep_owner_and_mode(new: Path, old: Path) -> list[str]:
     return lost
 
 
-def keep_backup(target: Path) -> None:
-    """Copy `target` to PATH~ (mode and times kept) in one step; a failed copy leaves nothing."""
-    backup = target.with_name(target.name + "~")
+def write_linked(target: Path, data: bytes, backup: bool) -> None:
+    """Write `data` over a file with several hard links, in place, so that every name sees it. Its old
+    text is copied first (PATH~, or a hidden copy without `backup`, removed once the new text is
+    synced); a write that fails leaves the copy and says where it is."""
+    copy = keep_backup(target, None if backup else target.with_name(f".{target.name}.original"))
+    try:
+        with open(target, "r+b") as file:
+            file.write(data)
+            file.truncate()
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as error:
+        raise Refused(f"{target}: writing it in place failed ({error.strerror or error}); its old text is "
+                      f"in {copy}") from None
+    if not backup:
+        copy.unlink()
+
+
+def keep_backup(target: Path, backup: Path | None = None) -> Path:
+    """Copy `target` to `backup` (PATH~ unless named; mode and times kept) in one step; a failed copy
+    leaves nothing. Returns the copy."""
+    backup = backup or target.with_name(target.name + "~")
     try:
         with files.temporary_beside(backup) as copy:
             shutil.copy2(target, copy)
             os.replace(copy, backup)
     except OSError as error:
-        raise Refused(f"{target}: cannot write the backup {backup} ({error.strerror or error}); nothing written "
-                      f"(--no-backup goes without one)") from None
+        raise Refused(f"{target}: cannot write the backup {backup} ({error.strerror or error}); nothing written"
+                      + (" (--no-backup goes without one)" if backup.name == target.name + "~" else "")) from None
+    return backup
 
 
 # --- showing ---
@@ -396,7 +429,7 @@ def finish(source: Source, result, args, streamed: bool) -> None:
         sys.stdout.flush()
     if args.in_place or args.output:
         target = Path(source.path) if args.in_place else args.output
-        lost = write_atomically(target, text.encode(args.encoding or "utf-8"), source,
+        lost = write_atomically(target, (BOM * source.bom + text).encode(args.encoding or "utf-8"), source,
                                 backup=args.in_place and not args.no_backup)
         if lost:
             print(f"assistant rewrite: {target}: could not keep {' and '.join(lost)}", file=sys.stderr)
