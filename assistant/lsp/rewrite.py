@@ -1,10 +1,13 @@
-"""The state of one rewrite of one document: where its target lies now, what it has written, and
-which output came from where.
+"""The state of one rewrite of one document: where its lines lie now, the diff they show
+(`lsp.hunks`), which output came from where, and what the editor is told of them (attribution,
+the `assistant/diff` notification, code lenses, diagnostics).
 
+A rewrite works on the whole lines its target touches: `base` is their text when it started, and
+the answer is the target's output between the text of those lines before and after the target.
 Offsets here are string offsets into `known`, the text we believe the editor holds; `follow`
-moves everything onto the editor's current text, so typing elsewhere shifts the target and
-typing inside it makes the target stop holding (the rewrite must then stop, never overwrite).
-Positions sent to the editor count units of the negotiated position encoding.
+moves everything onto the editor's current text, so typing elsewhere shifts the lines and typing
+inside them makes them stop holding (the rewrite must then stop, never overwrite, and the review
+ends). Positions sent to the editor count units of the negotiated position encoding.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 
 from assistant.lsp import ranges
+from assistant.lsp.hunks import Diff, View, split_lines
 
 BARE_LF = re.compile(r"(?<!\r)\n")
 
@@ -25,30 +29,45 @@ BARE_LF = re.compile(r"(?<!\r)\n")
 class Rewrite:
     uri: str
     original: str  # the whole document when the rewrite started: attribution sources point into it
-    start: int
+    start: int  # given: the target; from then on, the start and end of its lines in `known`
     end: int
     encoding: str = ranges.UTF16
     id: str = ""  # names this rewrite in accept / reject / cancel
     cancel: threading.Event = field(default_factory=threading.Event)
     known: str = ""
     running: bool = True
-    held: bool = True  # false once the user edited the target
+    held: bool = True  # false once the user edited the rewrite's lines
     closed: bool = False
     editing: bool = False  # an applyEdit of ours is in flight: the editor's text is between two states
-    undo: str | None = None  # the text `reject` puts back; None once accepted (or no longer possible)
     written: bool = False  # an edit of ours landed in the buffer
     refused: str | None = None  # why the editor would not take our edits, when it would not
-    restored: bool = False  # the answer did not finish and the target's original text is back
+    restored: bool = False  # the answer did not finish and the original lines are back
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)  # output range -> original range
+    diff: Diff | None = None  # what the lines show since our last edit landed; None: the base, untouched
+    view: View | None = None  # the diff as rendered there
+    answer_spans: list[tuple[int, int, int, int]] = field(default_factory=list)  # answer range -> original range
+    problems: list[tuple[int, int, str, str]] = field(default_factory=list)  # answer range, message, code
+    lenses_sent: list[tuple[int, str]] = field(default_factory=list)  # the code lenses the editor last heard of
     target: str = field(init=False, default="")  # the target's text when the rewrite started
+    base: str = field(init=False, default="")  # the text of its lines when the rewrite started
+    prefix: str = field(init=False, default="")  # the text of its first line before the target
+    suffix: str = field(init=False, default="")  # the text of its last line after the target
     ends_line: bool = field(init=False, default=False)  # the target ends with a line break
     crlf: bool = field(init=False, default=False)  # every line of the document ends with \r\n
 
     def __post_init__(self):
         self.known = self.known or self.original
-        self.undo = self.target = self.original[self.start:self.end]
+        self.target = self.original[self.start:self.end]
         self.ends_line = self.target.endswith("\n")
         self.crlf = "\r\n" in self.original and self.original.count("\r\n") == self.original.count("\n")
+        starts = ranges.line_starts(self.original)
+        first = starts[bisect_right(starts, self.start) - 1]
+        after = bisect_right(starts, self.end)
+        last = self.end if starts[after - 1] == self.end and self.end > self.start else (
+            starts[after] if after < len(starts) else len(self.original))
+        self.prefix, self.suffix = self.original[first:self.start], self.original[self.end:last]
+        self.start, self.end = first, last
+        self.base = self.original[first:last]
 
     def shown(self, output: str) -> str:
         """What goes over the target: `output` with the document's line endings (an editor keeps a
@@ -67,6 +86,25 @@ class Rewrite:
         bare = [m.start() for m in BARE_LF.finditer(output)] if self.crlf else []
         return lambda offset: offset + bisect_left(bare, offset)
 
+    def diff_of(self, output: str, token_spans, final: bool) -> tuple[Diff, list[tuple[int, int, int, int]]]:
+        """The diff the lines show for the engine's `output` (all of it if `final`, else its complete
+        lines), and the answer's attribution spans in answer offsets."""
+        at = self.shown_offset(output)
+        spans = [(len(self.prefix) + at(s.output[0]), len(self.prefix) + at(s.output[1]), *s.source)
+                 for s in token_spans
+                 if s.source is not None and s.output[1] <= len(output) and s.source[1] <= len(self.original)]
+        if final:
+            answer = self.prefix + self.shown(output) + self.suffix
+        else:
+            answer = self.prefix + (BARE_LF.sub("\r\n", output) if self.crlf else output)
+        return Diff.between(self.base, answer, final=final, newline="\r\n" if self.crlf else "\n"), spans
+
+    def problems_of(self, output: str, problems: list[dict]) -> list[tuple[int, int, str, str]]:
+        """The engine's problems (as its Result's JSON gives them, offsets into `output`) in answer offsets."""
+        at = self.shown_offset(output)
+        return [(len(self.prefix) + at(p["start"]), len(self.prefix) + at(p["end"]), p["message"], p["code"])
+                for p in problems]
+
     def follow(self, current: str) -> None:
         """Move the target and the attribution spans onto `current`, dropping what no longer holds."""
         if self.editing or current == self.known:
@@ -76,7 +114,6 @@ class Rewrite:
             self.start, self.end = ranges.map_range(self.start, self.end, edits)
         except ranges.Conflict:
             self.held = False
-            self.undo = None
         kept = []
         for a, b, c, d in self.spans:
             try:
@@ -86,13 +123,25 @@ class Rewrite:
         self.spans = kept
         self.known = current
 
-    def wrote(self, output: str, expected: str, token_spans) -> None:
-        """Our edit putting `shown(output)` over the target landed; `expected` is the document now."""
-        shown, at = self.shown(output), self.shown_offset(output)
+    def wrote(self, diff: Diff, view: View, expected: str, answer_spans) -> None:
+        """Our edit putting `view` (of `diff`) over the lines landed; `expected` is the document now."""
         self.known, self.written = expected, True
-        self.end = self.start + len(shown)
-        self.spans = [(self.start + at(s.output[0]), self.start + at(s.output[1]), *s.source) for s in token_spans
-                      if s.source is not None and s.output[1] <= len(output) and s.source[1] <= len(self.original)]
+        self.end = self.start + len(view.text)
+        self.diff, self.view, self.answer_spans = diff, view, answer_spans
+        self.spans = [(self.start + a, self.start + b, c, d) for a, b, c, d in view.spans(answer_spans)]
+
+    @property
+    def undecided(self) -> list[int]:
+        """The hunks waiting for a decision, while the lines still hold."""
+        return self.diff.undecided if self.diff is not None and self.held else []
+
+    @property
+    def reviewing(self) -> bool:
+        return not self.running and bool(self.undecided)
+
+    @property
+    def first_line(self) -> int:
+        return ranges.lines(self.known, self.encoding).line_of(self.start)
 
     def spans_at(self, offset: int) -> list[tuple[int, int, int, int]]:
         """The span holding `offset`: spans are sorted and apart, so a bisection finds it."""
@@ -107,6 +156,58 @@ class Rewrite:
                 "spans": [{"output": ranges.to_json(types.Range(outputs[2 * i], outputs[2 * i + 1])),
                            "source": ranges.to_json(types.Range(sources[2 * i], sources[2 * i + 1]))}
                           for i in range(len(self.spans))]}
+
+    def diff_notice(self, version: int | None) -> dict:
+        """The `assistant/diff` notification: the rewrite's lines, the waiting ones, the undecided hunks."""
+        first = self.first_line
+        view = self.view if self.held and (self.running or self.undecided) else None
+
+        def lines(span: tuple[int, int]) -> dict:
+            return {"start": first + span[0], "end": first + span[1]}
+
+        notice = {"uri": self.uri, "version": version, "id": self.id, "streaming": self.running}
+        if view is None:
+            return notice | {"lines": lines((0, 0)), "waiting": lines((0, 0)), "hunks": []}
+        gaps = view.generated([(a - self.start, b - self.start) for a, b, *_ in self.spans])
+        return notice | {"lines": lines((0, len(split_lines(view.text)))), "waiting": lines(view.waiting),
+                         "hunks": [{"index": hunk.index, "old": lines(hunk.old), "new": lines(hunk.new),
+                                    "generated": [ranges.to_json(self.range_at(self.start + a, self.start + b))
+                                                  for a, b in gaps[hunk.index]]} for hunk in view.hunks]}
+
+    def code_lenses(self) -> list[types.CodeLens]:
+        """Cancel while streaming; then Accept all / Reject all on the first line, Accept / Reject on each hunk."""
+        if self.view is None or not self.held:
+            return []
+        first = self.first_line
+
+        def lens(line: int, title: str, command: str, *hunk: int) -> types.CodeLens:
+            return types.CodeLens(range=types.Range(types.Position(line, 0), types.Position(line, 0)),
+                                  command=types.Command(title=title, command=command, arguments=[self.uri, self.id, *hunk]))
+
+        if self.running:
+            return [lens(first, "Cancel", "assistant.cancel")]
+        if not self.undecided:
+            return []
+        found = [lens(first, "Accept all", "assistant.acceptAll"), lens(first, "Reject all", "assistant.rejectAll")]
+        for hunk in self.view.hunks:
+            found += [lens(first + hunk.old[0], "Accept", "assistant.acceptHunk", hunk.index),
+                      lens(first + hunk.old[0], "Reject", "assistant.rejectHunk", hunk.index)]
+        return found
+
+    def diagnostics(self) -> list[types.Diagnostic]:
+        """The answer's problems where the review shows them: in undecided hunks, or in unchanged text."""
+        if not self.reviewing:
+            return []
+        found = []
+        for start, end, message, code in self.problems:
+            hunk = self.diff.hunk_at(start)
+            a, b = self.view.locate(start), self.view.locate(end)
+            if a is None or (hunk is not None and hunk.index not in self.undecided):
+                continue
+            found.append(types.Diagnostic(range=self.range_at(self.start + a, self.start + (b if b is not None else a)),
+                                          message=message, severity=types.DiagnosticSeverity.Warning,
+                                          code=code, source="assistant"))
+        return found
 
     def range_at(self, start: int, end: int) -> types.Range:
         """A range of the current text, in the client's position encoding."""

@@ -217,13 +217,36 @@ def cancel_command(ls: AssistantServer, *args):
 
 
 @server.command("assistant.accept")
-def accept_command(ls: AssistantServer, *args):
-    return session.accept(ls, *named_rewrite(ls, args))
+@server.command("assistant.acceptAll")
+async def accept_command(ls: AssistantServer, *args):
+    return await session.decide(ls, *named_rewrite(ls, args), accept=True)
 
 
 @server.command("assistant.reject")
+@server.command("assistant.rejectAll")
 async def reject_command(ls: AssistantServer, *args):
-    return await session.reject(ls, *named_rewrite(ls, args))
+    return await session.decide(ls, *named_rewrite(ls, args), accept=False)
+
+
+@server.command("assistant.acceptHunk")
+async def accept_hunk_command(ls: AssistantServer, *args):
+    return await session.decide(ls, *named_rewrite(ls, args[:2]), accept=True, hunk=hunk_index(args))
+
+
+@server.command("assistant.rejectHunk")
+async def reject_hunk_command(ls: AssistantServer, *args):
+    return await session.decide(ls, *named_rewrite(ls, args[:2]), accept=False, hunk=hunk_index(args))
+
+
+@server.command("assistant.status")
+def status_command(ls: AssistantServer, *args):
+    return session.status(ls)
+
+
+@server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+def on_code_lens(ls: AssistantServer, params: types.CodeLensParams):
+    job = ls.rewrites.get(params.text_document.uri)
+    return job.code_lenses() if job is not None else []
 
 
 # Their arguments, the warm-up of idle buffers, and the code actions on offer.
@@ -246,6 +269,13 @@ def named_rewrite(ls: AssistantServer, args: tuple):
         raise JsonRpcInvalidRequest(f"rewrite {args[1]} is not the latest rewrite of {args[0]}; "
                                     "a newer rewrite accepted it, or it was rejected")
     return args[0], job
+
+
+def hunk_index(args: tuple) -> int:
+    """A hunk command's arguments, `[uri, id, index]`: the index, checked (the rest by `named_rewrite`)."""
+    if len(args) != 3 or type(args[2]) is not int or args[2] < 0:
+        raise JsonRpcInvalidParams(f"expected the document URI, the rewrite's id and a hunk index; got {list(args)!r}")
+    return args[2]
 
 
 def warm_when_idle(ls: AssistantServer, uri: str) -> None:

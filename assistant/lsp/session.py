@@ -1,8 +1,11 @@
-"""One rewrite's life in the editor, for the language server's handlers: stream the engine's output
-into the buffer (`rewrite`, `stream`, `write`), follow the user's edits (`follow_edits`), accept or
-reject the result, and say where each output piece came from (hover, highlights, the
-`assistant/attribution` notification). The state of one rewrite is `lsp.rewrite.Rewrite`; the
-handlers in `lsp.server` only unpack their parameters and call these.
+"""One rewrite's life in the editor, for the language server's handlers: stream the diff of the
+original lines and the engine's output into the buffer (`rewrite`, `stream`, `write`), follow the
+user's edits (`follow_edits`), accept or reject its hunks one by one or all at once (`decide`), and
+tell the editor what it shows: where each output piece came from (hover, highlights, the
+`assistant/attribution` notification), the hunks (`assistant/diff`, code lenses) and the answer's
+problems (diagnostics). The state of one rewrite is `lsp.rewrite.Rewrite`; the handlers in
+`lsp.server` only unpack their parameters and call these. Every edit names the document version it
+was made for, and counts only once the editor moved past that version.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
 
-from assistant import Delta, Queued, RewriteError, check_instruction
+from assistant import Delta, Queued, Result, RewriteError, check_instruction
 from assistant.engine import aio
 from assistant.lsp import ranges
+from assistant.lsp.hunks import Diff, line_edit
 from assistant.lsp.rewrite import Rewrite
 
 if TYPE_CHECKING:
@@ -29,6 +33,7 @@ EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-h
 FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anything else is unfinished
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 ATTRIBUTION = "assistant/attribution"
+DIFF = "assistant/diff"
 
 
 def check_text(uri: str, text: str) -> None:
@@ -120,6 +125,8 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
     current = ls.rewrites.get(uri)
     if current is not None and current.running:
         raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
+    if current is not None and current.reviewing:
+        raise JsonRpcInvalidRequest(f"{uri} has a rewrite whose hunks wait for a decision; accept or reject them first")
     start, end = selection or (0, len(text))
     job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()))
     ls.rewrites[uri] = job
@@ -145,7 +152,7 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
     if job.closed:
         raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
     if job.held:
-        send_attribution(ls, job)
+        publish(ls, job)
     return answer_of(job, result)
 
 
@@ -159,13 +166,13 @@ def answer_of(job: Rewrite, result) -> dict:
         answer["text"], at = job.shown(result.text), job.shown_offset(result.text)
         for span in answer["spans"]:
             span["output"] = [at(span["output"][0]), at(span["output"][1])]
-    answer.update(uri=job.uri, id=job.id, conflict=not job.held, restored=job.restored)
+    answer.update(uri=job.uri, id=job.id, conflict=not job.held, restored=job.restored, hunks=len(job.undecided))
     return answer
 
 
 async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
-    """Apply the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the final one:
-    the answer if it finished, else the original target text, so no unfinished answer stays."""
+    """Show the diff of the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the
+    final one: the answer's diff if it finished, else the original lines, so no unfinished answer stays."""
     received = aio.events(events, job.cancel)
     output, token_spans, written, last_edit = "", [], None, 0.0
     result = failure = None
@@ -181,20 +188,22 @@ async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
                 if time.monotonic() - last_edit >= EDIT_INTERVAL and output != written and job.held:
                     bar.report(f"{event.totals.tokens_per_second:.0f} tokens/s, "
                                f"{event.totals.mean_accepted:.2f} tokens per step")
-                    await write(ls, job, output, token_spans)
+                    await write(ls, job, *job.diff_of(output, token_spans, final=False))
                     written, last_edit = output, time.monotonic()
-            else:
+            elif isinstance(event, Result):
                 result = event
                 bar.outcome = event.stopped
+            else:  # Repairing: a pass repairs the problems the answer introduced; the Result has the answer kept
+                bar.report(f"repairing the answer (attempt {event.attempt})")
     finished = failure is None and result.stopped in FINISHED and not job.refused
     if finished and job.held and not job.closed:
-        await write(ls, job, result.text, result.spans)
+        job.problems = job.problems_of(result.text, result.to_json().get("problems", []))
+        await write(ls, job, *job.diff_of(result.text, result.spans, final=True))
         finished = not job.refused
     if not finished and job.held and not job.closed:
         if job.written:
-            await write(ls, job, job.target, [])
-        job.restored = job.known[job.start:job.end] == job.target
-        job.undo = None if job.restored else job.undo  # nothing to reject: the original is back
+            await write(ls, job, Diff.between(job.base, job.base), [])
+        job.restored = job.known[job.start:job.end] == job.base
         report_unfinished(ls, job, failure or job.refused or result, context)
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
@@ -220,40 +229,50 @@ def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> N
                                                    message=f"assistant: {reason}; {kept}"))
 
 
-async def write(ls: AssistantServer, job: Rewrite, output: str, token_spans) -> None:
-    """Put `output` over the rewrite's target, unless the user edited the target meanwhile."""
+async def write(ls: AssistantServer, job: Rewrite, diff: Diff, answer_spans) -> bool:
+    """Show `diff` in the rewrite's lines, unless the user edited them meanwhile; whether it landed."""
     async with ls.editing[job.uri]:
-        if job.closed:
-            return
-        document = open_document(ls, job.uri)
-        job.follow(document.source)
-        if not job.held:
-            stop_for_typing(ls, job)
-            return
-        version, before = document.version, document.source
-        output = job.shown(output)
-        expected = before[:job.start] + output + before[job.end:]
-        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
-            edits=[types.TextEdit(range=ranges.range_at(before, job.start, job.end, job.encoding), new_text=output)])])
-        job.editing = True
-        try:
-            answer = await apply_edit(ls, edit, "assistant")
-        finally:
-            job.editing = False
+        return not job.closed and await put(ls, job, diff, answer_spans, "assistant")
+
+
+async def put(ls: AssistantServer, job: Rewrite, diff: Diff, answer_spans, label: str) -> bool:
+    """Under the document's edit lock: one edit, naming the document's version, that replaces the lines
+    which differ between what the rewrite's lines hold and `diff`'s view; whether it landed."""
+    document = open_document(ls, job.uri)
+    if follow(ls, job, document.source) or not job.held:
+        return False
+    version, before = document.version, document.source
+    view = diff.view()
+    start, end, text = line_edit(before[job.start:job.end], view.text)
+    expected = before[:job.start] + view.text + before[job.end:]
+    if start == end and not text:  # the same lines, marked anew (a deletion shows the old lines as they are)
+        job.wrote(diff, view, expected, answer_spans)
+        if job.running:
+            publish(ls, job)
+        return True
+    edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=version),
+        edits=[types.TextEdit(range=ranges.range_at(before, job.start + start, job.start + end, job.encoding),
+                              new_text=text)])])
+    job.editing = True
+    try:
+        answer = await apply_edit(ls, edit, label)
+    finally:
+        job.editing = False
     if job.closed:
-        return
+        return False
     now = ls.workspace.text_documents[job.uri]
     # Neovim answers applied=true even when it skipped a stale edit, so the version must have moved too;
     # if the edit did not land, `known` stays the text before it and the next follow() sees the truth.
     if answer.applied and now.version is not None and version is not None and now.version > version:
-        job.wrote(output, expected, token_spans)
-        job.follow(now.source)
-        if not job.held:
-            stop_for_typing(ls, job)
-    elif not answer.applied and now.version == version:  # refused, not overtaken by typing: stop generating
+        job.wrote(diff, view, expected, answer_spans)
+        if not follow(ls, job, now.source) and job.running:
+            publish(ls, job)
+        return job.held
+    if not answer.applied and now.version == version:  # refused, not overtaken by typing: stop generating
         job.refused = f"the editor did not apply an edit ({answer.failure_reason or 'no reason given'})"
         job.cancel.set()
+    return False
 
 
 async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str) -> types.ApplyWorkspaceEditResult:
@@ -267,28 +286,62 @@ async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str)
         return types.ApplyWorkspaceEditResult(applied=False, failure_reason=str(error))
 
 
-def stop_for_typing(ls: AssistantServer, job: Rewrite) -> None:
-    if not job.cancel.is_set():
+def follow(ls: AssistantServer, job: Rewrite, text: str) -> bool:
+    """Move the rewrite onto the document's `text`; when the user's edit inside its lines stops it or
+    ends its review, say so; whether the editor was told (the review ended)."""
+    reviewing = job.reviewing
+    job.follow(text)
+    if job.held:
+        return False
+    if job.running and not job.cancel.is_set():
         job.cancel.set()
         ls.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Warning,
             message="assistant: you edited the text being rewritten, so the rewrite stopped; your typing is kept"))
+    if not reviewing:
+        return False
+    ls.window_show_message(types.ShowMessageParams(
+        type=types.MessageType.Warning,
+        message="assistant: you edited the rewritten lines, so their review ended; they stay as they are "
+                "(the editor's undo takes them back)"))
+    publish(ls, job)
+    return True
 
 
 def follow_edits(ls: AssistantServer, uri: str) -> None:
-    """Keep a finished rewrite's target and attribution on the edited text; re-send what no longer holds."""
+    """Keep a finished rewrite's lines, hunks and attribution on the edited text; re-send what changed."""
     job = ls.rewrites.get(uri)
     if job is None or job.running or uri not in ls.workspace.text_documents:
         return
-    before = len(job.spans)
-    job.follow(ls.workspace.text_documents[uri].source)
-    if len(job.spans) != before:
+    spans, line = len(job.spans), job.first_line
+    if follow(ls, job, ls.workspace.text_documents[uri].source):
+        return
+    if job.reviewing and job.first_line != line:
+        publish(ls, job)
+    elif len(job.spans) != spans:
         send_attribution(ls, job)
 
 
 def send_attribution(ls: AssistantServer, job: Rewrite) -> None:
     document = ls.workspace.text_documents.get(job.uri)
     ls.protocol.notify(ATTRIBUTION, job.attribution(document.version if document else None))
+
+
+def publish(ls: AssistantServer, job: Rewrite) -> None:
+    """Tell the editor what the rewrite's lines show: attribution, hunks, problems (once it finished),
+    and that the code lenses changed, to a client that can be told."""
+    document = ls.workspace.text_documents.get(job.uri)
+    version = document.version if document else None
+    ls.protocol.notify(ATTRIBUTION, job.attribution(version))
+    ls.protocol.notify(DIFF, job.diff_notice(version))
+    if not job.running:
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=job.uri, diagnostics=job.diagnostics(), version=version))
+    lenses = [(lens.range.start.line, lens.command.command) for lens in job.code_lenses()]
+    workspace = ls.client_capabilities.workspace
+    if lenses != job.lenses_sent and workspace and workspace.code_lens and workspace.code_lens.refresh_support:
+        ls.workspace_code_lens_refresh(None).add_done_callback(lambda answer: answer.exception())
+    job.lenses_sent = lenses
 
 
 def close(ls: AssistantServer, uri: str) -> None:
@@ -305,36 +358,41 @@ def cancel(uri: str, job: Rewrite | None) -> dict:
     return {"uri": uri, "cancelled": True}
 
 
-def accept(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
+async def decide(ls: AssistantServer, uri: str, job: Rewrite | None, accept: bool, hunk: int | None = None) -> dict:
+    """Accept or reject the hunk `hunk`, or every undecided one, in one edit. Accepting all when none is
+    left keeps the rewrite as it is; rejecting every hunk leaves the original lines and ends the rewrite."""
+    verb, done = ("accept", "accepted") if accept else ("reject", "rejected")
     if job is None or job.running:
-        raise JsonRpcInvalidRequest(f"{uri} has no finished rewrite to accept")
-    job.undo = None
-    follow_edits(ls, uri)
-    send_attribution(ls, job)
-    return {"uri": uri, "id": job.id, "accepted": True}
-
-
-async def reject(ls: AssistantServer, uri: str, job: Rewrite | None) -> dict:
-    """Put the original text back over the rewritten range, exactly; a newer rewrite started meanwhile stays."""
-    if job is None or job.running or job.undo is None:
-        raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
+        raise JsonRpcInvalidRequest(f"{uri} has no finished rewrite to {verb}")
     async with ls.editing[uri]:
-        document = open_document(ls, uri)
-        job.follow(document.source)
-        if job.undo is None:
-            raise JsonRpcInvalidRequest("the rewritten text was edited since; use the editor's undo")
-        version = document.version  # the document object changes in place when the edit lands
-        edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
-            edits=[types.TextEdit(range=job.range_at(job.start, job.end), new_text=job.undo)])])
-        answer = await apply_edit(ls, edit, "assistant: reject")
-    now = ls.workspace.text_documents.get(uri)
-    if not answer.applied or now is None or now.version is None or version is None or now.version <= version:
-        raise JsonRpcInvalidRequest(f"the editor did not restore the original text: {answer.failure_reason or 'stale'}")
-    if ls.rewrites.get(uri) is job:
-        del ls.rewrites[uri]
-        ls.protocol.notify(ATTRIBUTION, {"uri": uri, "version": now.version, "spans": []})
-    return {"uri": uri, "id": job.id, "rejected": True}
+        follow(ls, job, open_document(ls, uri).source)
+        if hunk is not None and not job.held:
+            raise JsonRpcInvalidRequest("the rewritten lines were edited since; use the editor's undo")
+        chosen = job.undecided if hunk is None else [hunk]
+        if not chosen and not accept:
+            raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
+        if chosen:
+            try:
+                diff = job.diff.decide(chosen, accept)
+            except ValueError as error:
+                raise JsonRpcInvalidParams(str(error)) from error
+            if not await put(ls, job, diff, job.answer_spans, f"assistant: {verb}"):
+                raise JsonRpcInvalidRequest(f"the editor did not apply the edit: {job.refused or 'the document moved on'}")
+    if job.diff is not None and job.diff.rejected and ls.rewrites.get(uri) is job:
+        del ls.rewrites[uri]  # every hunk rejected: the original lines are back, nothing is the model's
+        job.spans = []
+    publish(ls, job)
+    answer = {"uri": uri, "id": job.id, done: True, "remaining": len(job.undecided)}
+    return answer if hunk is None else answer | {"hunk": hunk}
+
+
+def status(ls: AssistantServer) -> dict:
+    """What a client's health check shows: the server's version, and the model once it has loaded (or
+    why it did not)."""
+    model = ls.engine.loaded()
+    failure = ls.engine.exception() if ls.engine.done() else None
+    return {"version": ls.version, "loaded": model is not None, "model": model.model if model else None,
+            "error": str(failure) if failure else None}
 
 
 def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hover | None:
@@ -364,7 +422,7 @@ def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
     document = ls.workspace.text_documents.get(uri)
     if job is None or document is None:
         return None
-    job.follow(document.source)
+    follow(ls, job, document.source)
     try:
         offset = ranges.offset_at(document.source, position, job.encoding)
     except ValueError:

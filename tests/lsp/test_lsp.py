@@ -30,6 +30,7 @@ class Editor:
     buffers: dict[str, list] = field(default_factory=dict)  # uri -> [text, version]
     on_edit: dict[str, object] = field(default_factory=dict)
     attributions: list[dict] = field(default_factory=list)
+    diffs: list[dict] = field(default_factory=list)  # the assistant/diff notifications
     edits: int = 0
     encoding: str = "utf-16"  # the position encoding the server chose
     keep_crlf: bool = False  # like Neovim's fileformat=dos: a line break typed into a CRLF buffer becomes \r\n
@@ -87,6 +88,10 @@ def editor_client() -> LanguageClient:
     def attribution(client: LanguageClient, params):
         client.editor.attributions.append(params)
 
+    @client.feature("assistant/diff")
+    def diff(client: LanguageClient, params):
+        client.editor.diffs.append(params)
+
     return client
 
 
@@ -142,7 +147,7 @@ async def test_rewrite_selection_streams_into_the_buffer(client: LanguageClient)
     uri = open_buffer(client, "selection")
     result = await rewrite_selection(client, uri, *ADD)
     assert result["uri"] == uri and result["stopped"] == "eos" and not result["conflict"]
-    assert client.editor.buffers[uri][0] == CODE[:ADD[0]] + result["text"] + CODE[ADD[1]:]
+    assert set(CODE.splitlines()) <= set(client.editor.buffers[uri][0].splitlines())  # the original in view
     reports = [r for reports in client.progress_reports.values() for r in reports]
     assert any(isinstance(r, types.WorkDoneProgressReport) and "tokens/s" in (r.message or "") for r in reports)
     assert client.editor.attributions[-1].uri == uri
@@ -155,9 +160,9 @@ async def test_rewrite_selection_streams_into_the_buffer(client: LanguageClient)
 async def test_rewrite_document_hover_and_highlight(client: LanguageClient):
     uri = open_buffer(client, "document")
     result = await command(client, "assistant.rewriteDocument", uri, "fix bugs")
+    await command(client, "assistant.accept", uri)
     text = client.editor.buffers[uri][0]
     assert text == result["text"]
-    await command(client, "assistant.accept", uri)
     notice = client.editor.attributions[-1]
     assert notice.uri == uri and notice.spans
 
@@ -279,6 +284,7 @@ async def test_typing_elsewhere_does_not_stop_the_rewrite(client: LanguageClient
     client.editor.on_edit[uri] = type_before
     result = await rewrite_selection(client, uri, *ADD)
     assert not result["conflict"] and result["stopped"] == "eos"
+    await command(client, "assistant.accept", uri)
     assert client.editor.buffers[uri][0] == "# typed\n" + CODE[:ADD[0]] + result["text"] + CODE[ADD[1]:]
 
 
@@ -312,6 +318,7 @@ async def test_second_rewrite_of_a_busy_document_is_refused(client: LanguageClie
     result = await rewrite_selection(client, uri, *ADD)
     with pytest.raises(Exception, match="already being rewritten"):
         await second[0]
+    await command(client, "assistant.accept", uri)
     assert client.editor.buffers[uri][0] == CODE[:ADD[0]] + result["text"] + CODE[ADD[1]:]
 
 

@@ -1,10 +1,12 @@
 """A rewrite follows the user's typing (`Rewrite.follow`, `session.follow_edits`): typing elsewhere moves
-its target and attribution, typing inside the target stops it holding, and the editor is told when
-attribution no longer holds; in process, without a model."""
+its lines, hunks and attribution, typing inside them stops them holding (and ends a review), and the
+editor is told when attribution or hunks no longer hold; in process, without a model."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+from lsprotocol import types
 
 from assistant.engine.output import Span
 from assistant.lsp import session
@@ -15,12 +17,15 @@ TARGET = (0, DOCUMENT.index("\n\n\n") + 1)  # the function
 OUTPUT = "def plus(a, b):\n    return a + b\n"
 
 
-def written() -> Rewrite:
-    """A finished rewrite of the function whose body was copied from the original."""
+def written(accepted: bool = True) -> Rewrite:
+    """A finished rewrite of the function whose body was copied from the original: accepted, or its
+    diff waiting for a decision."""
     job = Rewrite("file:///a.py", DOCUMENT, *TARGET, id="1")
     body = OUTPUT.index("    return")
-    expected = OUTPUT + DOCUMENT[TARGET[1]:]
-    job.wrote(OUTPUT, expected, [Span((body, len(OUTPUT)), (DOCUMENT.index("    return"), TARGET[1]))])
+    diff, spans = job.diff_of(OUTPUT, [Span((body, len(OUTPUT)), (DOCUMENT.index("    return"), TARGET[1]))], True)
+    diff = diff.decide(diff.undecided, True) if accepted else diff
+    view = diff.view()
+    job.wrote(diff, view, view.text + DOCUMENT[TARGET[1]:], spans)
     job.running = False
     return job
 
@@ -44,7 +49,7 @@ def test_typing_after_the_target_changes_nothing_of_it():
 def test_typing_inside_the_target_stops_it_holding_and_drops_what_was_touched():
     job = written()
     job.follow(job.known.replace("return a + b", "return a - b"))
-    assert not job.held and job.undo is None
+    assert not job.held and job.undecided == []
     assert job.spans == []
 
 
@@ -63,6 +68,16 @@ class Server:
         self.workspace = SimpleNamespace(text_documents={job.uri: SimpleNamespace(source=text, version=3)})
         self.sent: list[tuple[str, dict]] = []
         self.protocol = SimpleNamespace(notify=lambda method, params: self.sent.append((method, params)))
+        self.client_capabilities = types.ClientCapabilities()
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None:
+        self.sent.append(("window/showMessage", params.message))
+
+    def text_document_publish_diagnostics(self, params: types.PublishDiagnosticsParams) -> None:
+        self.sent.append(("textDocument/publishDiagnostics", params.diagnostics))
+
+    def notices(self, method: str) -> list:
+        return [params for sent, params in self.sent if sent == method]
 
 
 def test_attribution_is_sent_again_only_when_a_span_no_longer_holds():
@@ -81,3 +96,26 @@ def test_a_running_rewrite_is_followed_by_its_own_writes_not_by_follow_edits():
     ls = Server(job, "import sys\n" + job.known)
     session.follow_edits(ls, job.uri)
     assert job.known == OUTPUT + DOCUMENT[TARGET[1]:] and ls.sent == []
+
+
+def test_typing_before_a_rewrite_under_review_moves_its_hunks():
+    job = written(accepted=False)
+    ls = Server(job, "import sys\n" + job.known)
+    session.follow_edits(ls, job.uri)
+    (notice,) = ls.notices(session.DIFF)
+    (hunk,) = notice["hunks"]
+    assert notice["lines"] == {"start": 1, "end": 4}
+    assert (hunk["old"], hunk["new"]) == ({"start": 1, "end": 2}, {"start": 2, "end": 3})
+    text = ls.workspace.text_documents[job.uri].source.splitlines()
+    assert text[1:3] == ["def add(a, b):", "def plus(a, b):"]
+
+
+def test_typing_inside_a_rewrite_under_review_ends_the_review_and_keeps_the_text():
+    job = written(accepted=False)
+    typed = job.known.replace("def plus", "def plus_typed")
+    ls = Server(job, typed)
+    session.follow_edits(ls, job.uri)
+    assert job.reviewing is False and job.known == typed
+    assert any("review ended" in message for message in ls.notices("window/showMessage"))
+    assert ls.notices(session.DIFF)[-1]["hunks"] == []
+    assert ls.notices("textDocument/publishDiagnostics")[-1] == []

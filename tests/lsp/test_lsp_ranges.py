@@ -48,7 +48,8 @@ def rewritten() -> Rewrite:
     """A whole-document rewrite whose output copied every line of the original: one span per line."""
     job = Rewrite("file:///big.py", DOCUMENT, 0, len(DOCUMENT), types.PositionEncodingKind.Utf8)
     spans = [Span((i, i + len(LINE) - 1), (i, i + len(LINE) - 1)) for i in range(0, len(DOCUMENT), len(LINE))]
-    job.wrote(DOCUMENT, DOCUMENT, spans)
+    diff, answer_spans = job.diff_of(DOCUMENT, spans, final=True)
+    job.wrote(diff, diff.view(), DOCUMENT, answer_spans)
     return job
 
 
@@ -89,6 +90,9 @@ def test_crlf_output_keeps_the_documents_line_endings():
     output = "a = 1\nb = 3\n"
     assert job.shown(output) == "a = 1\r\nb = 3\r\n"
     assert job.shown("a = 1\nb") == "a = 1\r\nb\r\n"  # partial output keeps the target's final line break
-    job.wrote(output, job.shown(output), [Span((6, 11), (7, 12))])
+    diff, spans = job.diff_of(output, [Span((6, 11), (7, 12))], final=True)
+    view = diff.view()
+    assert view.text == "a = 1\r\nb = 2\r\nb = 3\r\n"  # the old line and the new, both in CRLF
+    job.wrote(diff, view, view.text, spans)
     (a, b, c, d), = job.spans
-    assert job.shown(output)[a:b] == "b = 3" and document[c:d] == "b = 2"
+    assert view.text[a:b] == "b = 3" and document[c:d] == "b = 2"
