@@ -3,9 +3,9 @@ by scripts/setup-code-server) with the packaged .vsix installed, driven by Playw
 Chromium, against the real language server and the embedded smollm2-135m.
 
 The flow is a user's: open a Python file, select it, Ctrl+I, pick an instruction, see the streamed diff,
-reject one hunk with its code lens, accept the rest with Ctrl+Enter, undo once. The buffer is read back
-from the editor's rendered lines at each step (the file is short enough to show whole; saving would
-close the rewrite's undo step). Which lines are a hunk's old and new ones is read from the server's own
+reject one hunk with its code lens, accept the rest with Ctrl+Enter, undo once; then change a server
+setting on disk and see the server restart. The buffer is read back from the editor's rendered lines
+at each step (the file is short enough to show whole; saving would close the rewrite's undo step). Which lines are a hunk's old and new ones is read from the server's own
 `assistant/diff` notifications: `assistant.serverCommand` is a small tap that runs this repository's
 `.venv/bin/assistant` and copies what the server writes to a log as it passes it on.
 """
@@ -180,15 +180,39 @@ def diffs(log: Path) -> list[dict]:
     return [m["params"] for m in server_messages(log) if m.get("method") == "assistant/diff"]
 
 
+def initialized(log: Path) -> list[dict]:
+    """The server's answers to `initialize`: one per start."""
+    return [m for m in server_messages(log) if isinstance(m.get("result"), dict) and "capabilities" in m["result"]]
+
+
+def wait_until(condition, explain) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not condition():
+        assert time.monotonic() < deadline, explain()
+        time.sleep(0.5)
+
+
+def press_until_visible(page, key: str, target) -> None:
+    """Press `key` until `target` shows: a key pressed before VS Code has read the extension's keybindings
+    (late on a loaded machine) is lost, while pressing it again once `target` shows does nothing."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    def shown() -> bool:
+        page.keyboard.press(key)
+        try:
+            target.wait_for(state="visible", timeout=10_000)
+        except PlaywrightTimeout:
+            return False
+        return True
+
+    wait_until(shown, lambda: f"{key} never showed {target}")
+
+
 def wait_for_diff(log: Path, count: int, done) -> dict:
     """The first `assistant/diff` after the first `count` that satisfies `done` (polled)."""
-    deadline = time.monotonic() + WAIT_MS / 1000
-    while time.monotonic() < deadline:
-        found = [d for d in diffs(log)[count:] if done(d)]
-        if found:
-            return found[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no such assistant/diff notification; the server sent {diffs(log)[count:]}")
+    wait_until(lambda: any(done(d) for d in diffs(log)[count:]),
+               lambda: f"no such assistant/diff notification; the server sent {diffs(log)[count:]}")
+    return next(d for d in diffs(log)[count:] if done(d))
 
 
 def without(text: str, *line_ranges: dict) -> str:
@@ -206,9 +230,9 @@ def test_rewrite_reviewed_hunk_by_hunk_and_undone_in_one_step(page, workspace):
     wait_for_buffer(page, ORIGINAL)
     page.locator(".editor-instance .monaco-editor .view-lines").click()
     page.keyboard.press("Control+A")
-    page.keyboard.press("Control+I")  # activates the extension: it starts the server, which loads the model
+    expect(page.locator(".statusbar-item", has_text="selected")).to_be_visible()
     picker = page.locator(".quick-input-widget")
-    expect(picker).to_be_visible()
+    press_until_visible(page, "Control+I", picker)  # activates the extension: it starts the server and model
     expect(picker.get_by_text("Make this clearer")).to_be_visible()  # a preset
     page.keyboard.type("Make this clearer")
     page.keyboard.press("Enter")
@@ -251,6 +275,11 @@ def test_rewrite_reviewed_hunk_by_hunk_and_undone_in_one_step(page, workspace):
     wait_for_buffer(page, accepted)
     page.keyboard.press("Control+Z")
     wait_for_buffer(page, ORIGINAL)
+
+    # A server setting changed on disk restarts the server (a second `initialize`), without a reload.
+    settings = workspace / ".vscode" / "settings.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "assistant.strategy": "ar"}))
+    wait_until(lambda: len(initialized(log)) == 2, lambda: f"the server started {len(initialized(log))} time(s)")
 
 
 def artifact(name: str) -> Path:
