@@ -8,7 +8,7 @@
 import * as path from "node:path";
 
 /** The settings that shape the server's command line; a change to any of them restarts it. */
-export const SERVER_SETTINGS = ["serverCommand", "model", "weights", "strategy", "device"] as const;
+export const SERVER_SETTINGS = ["serverCommand", "model", "weights", "strategy", "device", "engine"] as const;
 
 export interface ServerSettings {
   serverCommand?: string;
@@ -16,6 +16,7 @@ export interface ServerSettings {
   weights?: string;
   strategy?: string;
   device?: string;
+  engine?: string;
 }
 
 /** The places a project environment keeps its executables, for this platform. */
@@ -51,7 +52,7 @@ export function findServer(
 /** `assistant lsp` and the flags of the settings that are set (empty ones leave the server's default). */
 export function serverArgs(settings: ServerSettings): string[] {
   const args = ["lsp"];
-  for (const key of ["model", "weights", "strategy", "device"] as const) {
+  for (const key of ["model", "weights", "strategy", "device", "engine"] as const) {
     const value = settings[key]?.trim();
     if (value) {
       args.push(`--${key}`, value);
