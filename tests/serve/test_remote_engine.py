@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from contextlib import closing
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from serving import eventually, free_port, serve
 
+from assistant.engine.events import Delta, Result
 from assistant.engine.remote import RemoteAssistant, RemoteError
 from assistant.web.app import create_app as create_playground
 from assistant.web.app import server_config as playground_config
@@ -90,6 +93,7 @@ class Fake:
 
     def __init__(self):
         self.mode, self.bodies = "ok", []
+        self.hung_up = threading.Event()  # a client closed a stream before its end
 
 
 def fake_server(fake: Fake) -> FastAPI:
@@ -105,7 +109,7 @@ def fake_server(fake: Fake) -> FastAPI:
         fake.bodies.append(await request.json())
         if fake.mode == "refuse":
             return JSONResponse({"error": {"message": "model overloaded"}}, status_code=500)
-        return StreamingResponse(events(fake.mode), media_type="text/event-stream")
+        return StreamingResponse(events(fake), media_type="text/event-stream")
 
     return app
 
@@ -117,23 +121,27 @@ def chunk(content: str | None = None, finish: str | None = None, **extra) -> str
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def events(mode: str):
+async def events(fake: Fake):
     """The answer in small chunks, as a chat model replies: a code block, then a remark after it."""
     reply = f"```python\n{NEW}```\nI renamed the function."
     pieces = [reply[i:i + 7] for i in range(0, len(reply), 7)]
-    for number, piece in enumerate(pieces):
-        if number == len(pieces) // 2:
-            if mode == "error":
-                yield f"data: {json.dumps({'error': {'message': 'the GPU fell over'}})}\n\n"
-                return
-            if mode == "close":
-                return  # no finish reason, no [DONE]
-            if mode == "stall":
-                await asyncio.sleep(30)
-        yield chunk(piece)
-    yield chunk(finish="stop")
-    yield chunk(usage={"prompt_tokens": 80, "completion_tokens": len(pieces), "total_tokens": 80 + len(pieces)})
-    yield "data: [DONE]\n\n"
+    try:
+        for number, piece in enumerate(pieces):
+            if number == len(pieces) // 2:
+                if fake.mode == "error":
+                    yield f"data: {json.dumps({'error': {'message': 'the GPU fell over'}})}\n\n"
+                    return
+                if fake.mode == "close":
+                    return  # no finish reason, no [DONE]
+                if fake.mode == "stall":
+                    await asyncio.sleep(600)
+            yield chunk(piece)
+        yield chunk(finish="stop")
+        yield chunk(usage={"prompt_tokens": 80, "completion_tokens": len(pieces), "total_tokens": 80 + len(pieces)})
+        yield "data: [DONE]\n\n"
+    except asyncio.CancelledError:
+        fake.hung_up.set()
+        raise
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +190,19 @@ def test_a_stalled_server_times_out(fake, other):
     fake.mode = "stall"
     with pytest.raises(RemoteError, match="sent nothing for 1 s"):
         RemoteAssistant(other, timeout=1).rewrite_text(DOC, INSTRUCTION)
+
+
+def test_cancelling_hangs_up_on_the_server(fake, other):
+    """A cancel ends the rewrite as cancelled at once, however long the server would go on, and the server
+    sees the connection close (so a real one stops generating)."""
+    fake.mode, fake.hung_up = "stall", threading.Event()
+    cancel = threading.Event()
+    with closing(RemoteAssistant(other).rewrite(DOC, INSTRUCTION, cancel=cancel)) as events:
+        for event in events:
+            if isinstance(event, Delta):
+                cancel.set()
+    assert isinstance(event, Result) and event.stopped == "cancelled" and not event.finished
+    eventually(fake.hung_up.is_set, "the server did not see the client hang up")
 
 
 def test_the_playground_on_a_remote_engine(fake, other):
