@@ -151,8 +151,7 @@ async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types
         ls.requests.pop(msg_id, None)
     if job.closed:
         raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
-    if job.held:
-        publish(ls, job)
+    publish(ls, job)  # the review, or (when typing inside stopped it) no marks at all
     return answer_of(job, result)
 
 

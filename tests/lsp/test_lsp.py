@@ -270,6 +270,7 @@ async def test_typing_inside_the_target_stops_the_rewrite(client: LanguageClient
     assert result["conflict"]
     assert "TYPED" in client.editor.buffers[uri][0]
     assert any("edited the text being rewritten" in m.message for m in client.messages[messages:])
+    assert client.editor.diffs[-1].uri == uri and client.editor.diffs[-1].hunks == []  # no marks left
     with pytest.raises(Exception, match="no rewrite to reject"):
         await command(client, "assistant.reject", uri)
 
