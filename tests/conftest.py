@@ -10,6 +10,8 @@ os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
 os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine, whatever `auto` measures
 
 import logging  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -98,6 +100,20 @@ def peaky_model():
     """The same architecture with larger weights, so sampled distributions are far from uniform and a
     biased sampler shows up in a few hundred samples."""
     return make_tiny_model(seed=99, initializer_range=0.5)
+
+
+def cache_without_costs(root: Path) -> Path:
+    """A cache at `root` holding what this machine's cache holds but no measured forward costs, so that an
+    Assistant started on it measures them in the background. Files are hard links where they can be:
+    nothing in a cache is changed in place."""
+    def link(source, target):
+        try:
+            os.link(source, target)
+        except OSError:  # another file system
+            shutil.copy2(source, target)
+
+    shutil.copytree(settings().cache, root, copy_function=link, ignore=shutil.ignore_patterns("costs", "*.lock", ".*"))
+    return root
 
 
 @pytest.fixture(scope="session")

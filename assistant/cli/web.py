@@ -6,6 +6,7 @@ This command imports the app, never the reverse.
 from __future__ import annotations
 
 import argparse
+import signal
 
 import uvicorn
 
@@ -27,5 +28,9 @@ def run(args: argparse.Namespace) -> int:
         return assistant_for(args)
 
     print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
+    # uvicorn stops gracefully on SIGINT and SIGTERM (rewrites cancelled, the model closed), then raises the
+    # signal again to die of it (a traceback, or no exit status); handled by doing nothing, the command ends 0.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
     uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -112,6 +113,50 @@ class TurnQueue:
             self._changed.notify_all()
 
 
+class Closed(RuntimeError):
+    """The assistant was closed: it runs nothing on its model any more."""
+
+
+class Forwards:
+    """The work running on one model, so that closing can refuse more and wait for what is in progress: a
+    process that exits while a thread is inside torch aborts ("terminate called without an active exception",
+    SIGABRT). Work counts from `running()` until it leaves; once closed, `running()` raises Closed."""
+
+    def __init__(self):
+        self.closed = threading.Event()
+        self._changed = threading.Condition()
+        self._running = 0
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with self._changed:
+            if self.closed.is_set():
+                raise Closed("the assistant is closed")
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    def steps(self, events: Iterator[Event]) -> Iterator[Event]:
+        """`events`, each made while running: a generation's forwards run while its next event is made."""
+        while True:
+            with self.running():
+                event = next(events, None)
+            if event is None:
+                return
+            yield event
+
+    def close(self) -> None:
+        """Refuse more work and wait for the work running to leave: a generation's step, or background work,
+        which stops at its next turn."""
+        with self._changed:
+            self.closed.set()
+            self._changed.wait_for(lambda: self._running == 0)
+
+
 class Assistant:
     """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
     model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none)."""
@@ -130,7 +175,8 @@ class Assistant:
         self.forward_costs = draft_length.FLAT if fixed_shapes(self.loaded.model) else draft_length.cached_costs(
             self.loaded)
         self._measuring = None
-        self._closing = threading.Event()
+        self._forwards = Forwards()
+        weakref.finalize(self, self._forwards.close)  # at exit too, for a caller that never closes
         if self.forward_costs is None:
             self.forward_costs = draft_length.PRIOR
             log.info("measuring this machine's forward costs in the background (once per model and weights)")
@@ -142,24 +188,28 @@ class Assistant:
         self.prefixes = PrefixCache(megabytes << 20) if megabytes > 0 else None
 
     def _measure_costs(self) -> None:
-        costs = draft_length.measure_costs(self.loaded, self._background_turn, self._closing)
+        try:
+            with self._forwards.running():
+                costs = draft_length.measure_costs(self.loaded, self._background_turn, self._forwards.closed)
+        except Closed:
+            return
         self.forward_costs = costs or self.forward_costs
 
     def close(self) -> None:
-        """Stop background work and wait for the forward it is in, if any. A process that exits while a
-        thread is inside torch aborts ("terminate called without an active exception", SIGABRT): a
-        Ctrl-C during the first start's measurement did."""
-        self._closing.set()
-        if self._measuring is not None:
-            self._measuring.join()
+        """Stop background work and wait for the forward in progress, if any; a generation still streaming
+        raises Closed at its next step. A process that exits while a thread is inside torch aborts
+        (SIGABRT), so an assistant never closed is closed at exit."""
+        self._forwards.close()
 
     @contextmanager
     def _background_turn(self):
         """One forward of background work, in turn with requests: a request waits for one at most."""
         ticket = object()
         try:
-            for _ in self._queue.wait(ticket, None):
+            for _ in self._queue.wait(ticket, self._forwards.closed):
                 pass
+            if self._forwards.closed.is_set():
+                raise Closed("the assistant is closed")
             yield
         finally:
             self._queue.leave(ticket)
@@ -168,7 +218,7 @@ class Assistant:
         """Prefill, at low priority, what every rewrite prompt of `document` shares whatever the instruction
         (the chat start and the fenced document), into the prefix cache, so that the first rewrite of
         an idle buffer starts without it. Each forward of WARM_CHUNK tokens is one turn in the request
-        queue: a request waits for one at most. Returns the prompt tokens now cached."""
+        queue: a request waits for one at most. Returns the prompt tokens now cached (0 once closed)."""
         try:
             first, second = (self.prompt(document, instruction).ids for instruction in ("Fix it.", "Rewrite this."))
         except RewriteError:  # nothing a rewrite could start from: an empty or binary buffer
@@ -176,8 +226,12 @@ class Assistant:
         shared = first[:common_prefix(np.asarray(first), np.asarray(second))]
         if self.prefixes is None or len(shared) > self.loaded.context_length // 2:
             return 0  # a buffer this long is rewritten in pieces, whose prompts differ
-        return warm(self.loaded.model, shared, self.drafter(self.strategy).layers, self.prefixes, WARM_CHUNK,
-                    self._background_turn, cancel)
+        try:
+            with self._forwards.running():
+                return warm(self.loaded.model, shared, self.drafter(self.strategy).layers, self.prefixes, WARM_CHUNK,
+                            self._background_turn, cancel)
+        except Closed:
+            return 0
 
     def measured_costs(self) -> dict[int, float]:
         """The forward-cost curve, waiting for the background measurement if one is running."""
@@ -280,7 +334,7 @@ class Assistant:
         try:
             for ahead in self._queue.wait(ticket, cancel):
                 yield Queued(ahead)
-            yield from generation
+            yield from self._forwards.steps(generation)
         finally:
             generation.close()
             self._queue.leave(ticket)

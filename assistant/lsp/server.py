@@ -11,8 +11,10 @@ call `lsp.session`, where a rewrite's work lives (its state in `lsp.rewrite`, it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 from collections import defaultdict
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
-from pygls.io_ import run_async
+from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -62,16 +64,25 @@ class Protocol(LanguageServerProtocol):
         self._server.cancel_request(msg_id)
         super()._handle_cancel_notification(msg_id)
 
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args) -> None:
+        """Stop every rewrite and cancel the requests still pending. pygls cancels them while iterating the
+        dict that a cancelled request's answer removes it from ("dictionary changed size during iteration")."""
+        self._server.cancel_all()
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != self.msg_id and not future.done():
+                future.cancel()
+        self._shutdown = True
+
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args) -> None:
-        """End at once, rewrites cancelled: pygls would wait for its worker threads, one of them blocked
-        reading stdin for as long as the client keeps it open. Over TCP, end only this client's session."""
-        self._server.cancel_all()
+        """End at once (`AssistantServer.end`), with the status LSP gives: 1 unless `shutdown` came first. Over
+        TCP, end only this client's session."""
         if self._server.tcp:
+            self._server.cancel_all()
             self.writer.close()
             return
-        sys.stdout.flush()
-        os._exit(0 if self._shutdown else 1)
+        self._server.end(0 if self._shutdown else 1)
 
 
 class AssistantServer(LanguageServer):
@@ -107,6 +118,32 @@ class AssistantServer(LanguageServer):
         for job in self.rewrites.values():
             job.cancel.set()
 
+    def start_io(self) -> None:
+        """Serve the client on stdin and stdout until it sends `exit`, closes its end, or a signal (SIGTERM,
+        SIGINT) comes: each ends the process at once, with status 0 unless `exit` says otherwise."""
+        async def serve():
+            self.end_on_signals()
+            self.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
+            await run_async(stop_event=threading.Event(), reader=StdinAsyncReader(sys.stdin.buffer, self.thread_pool),
+                            protocol=self.protocol, error_handler=self.report_server_error)
+            self.end(0)  # the client closed its end: nobody is left to answer
+
+        asyncio.run(serve())
+
+    def end(self, status: int) -> None:
+        """End the process now, rewrites cancelled. Not through the interpreter's exit: it would wait for
+        pygls' worker threads (one blocked reading stdin), and a process that exits while a thread is
+        inside torch aborts (SIGABRT). os._exit does neither; the cache's files are written whole or not at all."""
+        self.cancel_all()
+        with contextlib.suppress(OSError):  # a client gone with its end of stdout
+            sys.stdout.flush()
+        os._exit(status)
+
+    def end_on_signals(self) -> None:
+        """SIGTERM and SIGINT end the server (`end`) with status 0, on whatever transport."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, self.end, 0)
+
     def start_tcp(self, host: str, port: int) -> None:
         """Serve one TCP client at a time. pygls shares one protocol among all connections (each new one
         would take over the others' replies) and stops the server when any of them leaves, so a second
@@ -130,6 +167,7 @@ class AssistantServer(LanguageServer):
         self.tcp = True
 
         async def serve():
+            self.end_on_signals()
             async with await asyncio.start_server(connection, host, port) as listening:
                 await listening.serve_forever()
 

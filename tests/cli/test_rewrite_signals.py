@@ -1,0 +1,40 @@
+"""`assistant rewrite` ends cleanly on Ctrl-C (SIGINT) or SIGTERM while an answer streams: exit status 130,
+"interrupted" said, the file as it was, no traceback and never SIGABRT. A real subprocess with the embedded
+model, its stdout a terminal (a pseudo-terminal), where the answer streams as it comes."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+
+import pytest
+
+TEXT = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(40))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_answer_streams_ends_the_command_cleanly(tmp_path, signum):
+    path = tmp_path / "many.py"
+    path.write_text(TEXT)
+    terminal, stdout = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i",
+                                "Add a docstring to every function."], stdout=stdout, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(stdout)
+    try:
+        shown = b""
+        while not shown.strip():  # the answer's first piece is on the terminal: the model is generating
+            assert select.select([terminal], [], [], 300)[0], "nothing streamed"
+            shown += os.read(terminal, 4096)
+        process.send_signal(signum)
+        errors = process.communicate(timeout=120)[1]
+    finally:
+        process.kill()
+        os.close(terminal)
+    assert (process.returncode, errors) == (130, "assistant rewrite: interrupted; the file being rewritten was left "
+                                                 "as it was\n")
+    assert path.read_text() == TEXT
