@@ -15,10 +15,14 @@ import re
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING
+from concurrent.futures import Future
+from typing import Protocol
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.progress import Progress
+from pygls.protocol import LanguageServerProtocol
+from pygls.workspace import Workspace
 
 from assistant import Delta, Queued, Result, RewriteError, check_instruction
 from assistant.engine import aio
@@ -26,14 +30,40 @@ from assistant.lsp import ranges
 from assistant.lsp.hunks import Diff, line_edit
 from assistant.lsp.rewrite import Rewrite
 
-if TYPE_CHECKING:
-    from assistant.lsp.server import AssistantServer
-
 EDIT_INTERVAL = 0.25  # seconds between streaming edits: editors redraw and re-highlight on each
 FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anything else is unfinished
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 ATTRIBUTION = "assistant/attribution"
 DIFF = "assistant/diff"
+
+
+class Server(Protocol):
+    """What a session uses of the language server (`lsp.server.AssistantServer`, a pygls LanguageServer): its
+    state, the client's capabilities and documents, and the messages it sends."""
+
+    engine: aio.Loader
+    rewrites: dict[str, Rewrite]  # the latest rewrite of each document
+    requests: dict[object, threading.Event]  # request id -> cancel event of its rewrite
+    editing: dict[str, asyncio.Lock]  # uri -> held while an edit of ours names the document's version
+    request_timeout: float
+    draft_from_open_buffers: bool
+    version: str
+    client_capabilities: types.ClientCapabilities
+    protocol: LanguageServerProtocol
+    workspace: Workspace
+    work_done_progress: Progress
+
+    @property
+    def encoding(self) -> str: ...
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None: ...
+
+    async def workspace_apply_edit_async(self, params: types.ApplyWorkspaceEditParams
+                                         ) -> types.ApplyWorkspaceEditResult: ...
+
+    def text_document_publish_diagnostics(self, params: types.PublishDiagnosticsParams) -> None: ...
+
+    def workspace_code_lens_refresh(self, params: None) -> Future[None]: ...
 
 
 def check_text(uri: str, text: str) -> None:
@@ -45,7 +75,7 @@ def check_text(uri: str, text: str) -> None:
                                    "it is not valid Unicode text")
 
 
-def open_document(ls: AssistantServer, uri: str):
+def open_document(ls: Server, uri: str):
     # get_text_document would read an unopened file from disk; we only edit buffers the editor owns
     document = ls.workspace.text_documents.get(uri)
     if document is None:
@@ -53,7 +83,7 @@ def open_document(ls: AssistantServer, uri: str):
     return document
 
 
-async def engine(ls: AssistantServer):
+async def engine(ls: Server):
     """The loaded model, waiting (with a progress bar) while it loads; an error if loading failed."""
     try:
         if not ls.engine.done():
@@ -67,7 +97,7 @@ async def engine(ls: AssistantServer):
 class progress:
     """Work-done progress for one job; a no-op for clients that cannot show it."""
 
-    def __init__(self, ls: AssistantServer, title: str, message: str, cancel: threading.Event | None = None):
+    def __init__(self, ls: Server, title: str, message: str, cancel: threading.Event | None = None):
         self.ls, self.title, self.message, self.cancel = ls, title, message, cancel
         self.token: str | None = None
         self.outcome: str | None = None  # shown when the progress ends
@@ -98,13 +128,13 @@ class progress:
             self.ls.work_done_progress.tokens.pop(self.token, None)
 
 
-async def answer_within(ls: AssistantServer, request):
+async def answer_within(ls: Server, request):
     """The client's answer to a request of ours, or TimeoutError once `request_timeout` passes; the
     request is shielded so a late answer still finds its future."""
     return await asyncio.wait_for(asyncio.shield(request), ls.request_timeout)
 
 
-async def rewrite(ls: AssistantServer, uri: str, instruction: str, target: types.Range | None) -> dict:
+async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | None) -> dict:
     """Run one rewrite, streaming it into the buffer; returns the engine's result plus the URI."""
     try:
         check_instruction(instruction)
@@ -169,7 +199,7 @@ def answer_of(job: Rewrite, result) -> dict:
     return answer
 
 
-async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
+async def stream(ls: Server, job: Rewrite, events, context: int):
     """Show the diff of the engine's output as it comes, at most one edit per EDIT_INTERVAL, then the
     final one: the answer's diff if it finished, else the original lines, so no unfinished answer stays."""
     received = aio.events(events, job.cancel)
@@ -209,7 +239,7 @@ async def stream(ls: AssistantServer, job: Rewrite, events, context: int):
     return result
 
 
-def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> None:
+def report_unfinished(ls: Server, job: Rewrite, why, context: int) -> None:
     """Say why the answer was not applied, and what would let it finish."""
     if isinstance(why, str):
         reason = why
@@ -228,13 +258,13 @@ def report_unfinished(ls: AssistantServer, job: Rewrite, why, context: int) -> N
                                                    message=f"assistant: {reason}; {kept}"))
 
 
-async def write(ls: AssistantServer, job: Rewrite, diff: Diff, answer_spans) -> bool:
+async def write(ls: Server, job: Rewrite, diff: Diff, answer_spans) -> bool:
     """Show `diff` in the rewrite's lines, unless the user edited them meanwhile; whether it landed."""
     async with ls.editing[job.uri]:
         return not job.closed and await put(ls, job, diff, answer_spans, "assistant")
 
 
-async def put(ls: AssistantServer, job: Rewrite, diff: Diff, answer_spans, label: str) -> bool:
+async def put(ls: Server, job: Rewrite, diff: Diff, answer_spans, label: str) -> bool:
     """Under the document's edit lock: one edit, naming the document's version, that replaces the lines
     which differ between what the rewrite's lines hold and `diff`'s view; whether it landed."""
     document = open_document(ls, job.uri)
@@ -274,7 +304,7 @@ async def put(ls: AssistantServer, job: Rewrite, diff: Diff, answer_spans, label
     return False
 
 
-async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str) -> types.ApplyWorkspaceEditResult:
+async def apply_edit(ls: Server, edit: types.WorkspaceEdit, label: str) -> types.ApplyWorkspaceEditResult:
     """Send `workspace/applyEdit`; a client that fails it or does not answer in time counts as refusing."""
     try:
         return await answer_within(ls, ls.workspace_apply_edit_async(
@@ -285,7 +315,7 @@ async def apply_edit(ls: AssistantServer, edit: types.WorkspaceEdit, label: str)
         return types.ApplyWorkspaceEditResult(applied=False, failure_reason=str(error))
 
 
-def follow(ls: AssistantServer, job: Rewrite, text: str) -> bool:
+def follow(ls: Server, job: Rewrite, text: str) -> bool:
     """Move the rewrite onto the document's `text`; when the user's edit inside its lines stops it or
     ends its review, say so; whether the editor was told (the review ended)."""
     reviewing = job.reviewing
@@ -307,7 +337,7 @@ def follow(ls: AssistantServer, job: Rewrite, text: str) -> bool:
     return True
 
 
-def follow_edits(ls: AssistantServer, uri: str) -> None:
+def follow_edits(ls: Server, uri: str) -> None:
     """Keep a finished rewrite's lines, hunks and attribution on the edited text; re-send what changed."""
     job = ls.rewrites.get(uri)
     if job is None or job.running or uri not in ls.workspace.text_documents:
@@ -321,12 +351,12 @@ def follow_edits(ls: AssistantServer, uri: str) -> None:
         send_attribution(ls, job)
 
 
-def send_attribution(ls: AssistantServer, job: Rewrite) -> None:
+def send_attribution(ls: Server, job: Rewrite) -> None:
     document = ls.workspace.text_documents.get(job.uri)
     ls.protocol.notify(ATTRIBUTION, job.attribution(document.version if document else None))
 
 
-def publish(ls: AssistantServer, job: Rewrite) -> None:
+def publish(ls: Server, job: Rewrite) -> None:
     """Tell the editor what the rewrite's lines show: attribution, hunks, problems (once it finished),
     and that the code lenses changed, to a client that can be told."""
     document = ls.workspace.text_documents.get(job.uri)
@@ -343,7 +373,7 @@ def publish(ls: AssistantServer, job: Rewrite) -> None:
     job.lenses_sent = lenses
 
 
-def close(ls: AssistantServer, uri: str) -> None:
+def close(ls: Server, uri: str) -> None:
     """The editor closed the document: its rewrite stops, and nothing of it is kept."""
     if (job := ls.rewrites.pop(uri, None)) is not None:
         job.closed = True
@@ -357,7 +387,7 @@ def cancel(uri: str, job: Rewrite | None) -> dict:
     return {"uri": uri, "cancelled": True}
 
 
-async def decide(ls: AssistantServer, uri: str, job: Rewrite | None, accept: bool, hunk: int | None = None) -> dict:
+async def decide(ls: Server, uri: str, job: Rewrite | None, accept: bool, hunk: int | None = None) -> dict:
     """Accept or reject the hunk `hunk`, or every undecided one, in one edit. Accepting all when none is
     left keeps the rewrite as it is; rejecting every hunk leaves the original lines and ends the rewrite."""
     verb, done = ("accept", "accepted") if accept else ("reject", "rejected")
@@ -385,7 +415,7 @@ async def decide(ls: AssistantServer, uri: str, job: Rewrite | None, accept: boo
     return answer if hunk is None else answer | {"hunk": hunk}
 
 
-def status(ls: AssistantServer) -> dict:
+def status(ls: Server) -> dict:
     """What a client's health check shows: the server's version, and the model once it has loaded (or
     why it did not)."""
     model = ls.engine.loaded()
@@ -394,7 +424,7 @@ def status(ls: AssistantServer) -> dict:
             "error": str(failure) if failure else None}
 
 
-def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hover | None:
+def hover(ls: Server, uri: str, position: types.Position) -> types.Hover | None:
     found = attribution_at(ls, uri, position)
     if found is None:
         return None
@@ -403,7 +433,7 @@ def hover(ls: AssistantServer, uri: str, position: types.Position) -> types.Hove
                        range=job.range_at(span[0], span[1]))
 
 
-def highlights(ls: AssistantServer, uri: str, position: types.Position) -> list[types.DocumentHighlight] | None:
+def highlights(ls: Server, uri: str, position: types.Position) -> list[types.DocumentHighlight] | None:
     """The sources of the output under the cursor, where that source text still exists in the document."""
     found = attribution_at(ls, uri, position)
     if found is None:
@@ -416,7 +446,7 @@ def highlights(ls: AssistantServer, uri: str, position: types.Position) -> list[
     return [types.DocumentHighlight(range=job.range_at(start, end), kind=types.DocumentHighlightKind.Read)]
 
 
-def attribution_at(ls: AssistantServer, uri: str, position: types.Position):
+def attribution_at(ls: Server, uri: str, position: types.Position):
     job = ls.rewrites.get(uri)
     document = ls.workspace.text_documents.get(uri)
     if job is None or document is None:
