@@ -1,6 +1,7 @@
 """`assistant web`: serve the web playground (`web/app.py`) with uvicorn.
 
-This command imports the app, never the reverse.
+This command imports the app, never the reverse, and hands it a few records of the bench data as
+samples (the playground does not import the tools).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import signal
 
 import uvicorn
 
+from assistant.bench import data
 from assistant.cli.options import add_engine_option, add_model_options, assistant_for
-from assistant.web.app import create_app, server_config
+from assistant.web.app import Sample, create_app, server_config
 
 
 def register(commands) -> None:
@@ -32,5 +34,12 @@ def run(args: argparse.Namespace) -> int:
     # signal again to die of it (a traceback, or no exit status); handled by doing nothing, the command ends 0.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    uvicorn.Server(server_config(create_app(factory, args.model), args.host, args.port)).run()
+    app = create_app(factory, args.model, samples=bench_samples())
+    uvicorn.Server(server_config(app, args.host, args.port)).run()
     return 0
+
+
+def bench_samples() -> tuple[Sample, ...]:
+    """The first two code and text edits of the bench data, as the playground's samples."""
+    return tuple(Sample(id=record.id, task=task, instruction=record.instruction, document=record.document)
+                 for task in ("code-edit", "text-edit") for record in data.load(task)[:2])

@@ -28,7 +28,6 @@ from starlette.requests import HTTPConnection
 from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
 from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
                             loaded, model)
-from assistant.bench import data
 from assistant.connections import PingedWebSocketProtocol, ReapedH11Protocol
 from assistant.engine import aio
 
@@ -112,23 +111,14 @@ def validation_message(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def sample_documents() -> list[Sample]:
-    samples = [
-        Sample(id="python-rename", task="code-edit", instruction="Rename the function `add` to `plus`.",
-               document="def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n\n\n"
-                        "print(add(2, 3))\n"),
-        Sample(id="email-polite", task="text-edit", instruction="Fix the spelling mistakes.",
-               document="Hi Sam,\n\nThanks for the quick reply. I have attached the reprot you asked for; "
-                        "the numbers for March are on page two.\n\nBest,\nAlex\n"),
-    ]
-    try:
-        for task in ("code-edit", "text-edit"):
-            for record in data.load(task)[:2]:
-                samples.append(Sample(id=record.id, task=task, instruction=record.instruction,
-                                      document=record.document))
-    except Exception:  # the benchmark data is optional for the playground
-        pass
-    return samples
+BUILT_IN_SAMPLES = (
+    Sample(id="python-rename", task="code-edit", instruction="Rename the function `add` to `plus`.",
+           document="def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n\n\n"
+                    "print(add(2, 3))\n"),
+    Sample(id="email-polite", task="text-edit", instruction="Fix the spelling mistakes.",
+           document="Hi Sam,\n\nThanks for the quick reply. I have attached the reprot you asked for; "
+                    "the numbers for March are on page two.\n\nBest,\nAlex\n"),
+)
 
 
 def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
@@ -298,9 +288,9 @@ async def healthz(request: Request, model: Model) -> Health:
 
 
 @router.get("/api/samples", response_model=list[Sample])
-def samples() -> list[Sample]:
+def samples(request: Request) -> list[Sample]:
     """A few documents to try, with an instruction each."""
-    return sample_documents()
+    return list(request.app.state.samples)
 
 
 @router.post("/api/rewrite", response_model=RewriteResponse, responses={400: {}, 403: {}, 413: {}, 500: {}, 503: {}})
@@ -361,12 +351,14 @@ async def lifespan(app: FastAPI):
 
 
 def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
-               max_generations: int = MAX_GENERATIONS) -> FastAPI:
-    """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread)."""
+               max_generations: int = MAX_GENERATIONS, samples: tuple[Sample, ...] = ()) -> FastAPI:
+    """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread);
+    `samples` are offered beside the built-in ones (the command passes records of the bench data)."""
     app = FastAPI(title="Editor assistant playground", version="0.1.0", lifespan=lifespan,
                   description="Instruction-driven rewrites with PLD+ decoding and copy attribution.",
                   max_body_size=MAX_BODY_BYTES)
     app.state.assistant_factory, app.state.model_name = assistant_factory, model_name
+    app.state.samples = BUILT_IN_SAMPLES + tuple(samples)
     app.state.model, app.state.generations = aio.Loader(), Generations(max_generations)
     app.add_middleware(GuardHostAndOrigin)
     app.add_exception_handler(RequestValidationError, invalid_request)
