@@ -12,14 +12,13 @@ import pytest
 import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-from test_lsp import ADD, CODE, INITIALIZE, SERVER, command, editor_client, lsp_range, open_buffer, type_at
+from test_lsp import (ADD, CODE, INITIALIZE, LONG_ANSWER, SERVER, SHORT, command, editor_client, lsp_range,
+                      open_buffer, type_at)
 
 from assistant.lsp.ranges import position_at
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SHORT = "def fib(n):\n    pass\n"  # the model writes past its token limit on a docstring request
-LONG_ANSWER = "add a detailed docstring to every function, with examples"
 BOUND = 120  # seconds: only so that a hang fails the test instead of blocking the suite
 
 
