@@ -15,6 +15,10 @@ A document (or selection) too long for one pass is split and rewritten piece by 
 budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
 did not finish.
 
+A finished answer is checked once for problems the edit introduced, in the request's `language`,
+and repaired with up to `repairs` further passes while problems remain (engine/repair.py): the
+Result carries the check, the repairs made, and the text kept.
+
 One generation runs at a time per loaded model; others wait their turn in arrival order and
 see their place in the queue as `Queued` events.
 """
@@ -27,7 +31,7 @@ import time
 import weakref
 from collections import deque
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -38,7 +42,7 @@ from assistant.decoding.draft_length import AdaptiveDraftLength
 from assistant.decoding.drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
 from assistant.decoding.loop import Sampling, decode, warm
 from assistant.decoding.prefix_cache import PrefixCache, common_prefix
-from assistant.engine import long_documents
+from assistant.engine import long_documents, repair
 from assistant.engine.events import Delta, Event, Queued, Result, Stats
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
@@ -50,6 +54,7 @@ STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
 DEFAULT_STRATEGY = "pld+h"
 WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
 CHAT_BUDGET = 512
+DEFAULT_REPAIRS = 2  # repair passes per answer at most, unless the Assistant or the request says otherwise
 
 log = logging.getLogger("assistant")
 
@@ -76,6 +81,8 @@ class Request:
     stop: tuple[str, ...] = ()  # the answer ends before the first of these
     draft_tokens: int | None = None  # a fixed draft length; None: adaptive, up to the assistant's draft ceiling
     max_piece_tokens: int | None = None  # a long document's pieces; None: as large as fits the context
+    language: str | None = None  # an LSP languageId to check the answer as; None: unchecked
+    repairs: int | None = None  # repair passes at most (0: none); None: the assistant's
 
     @property
     def sampling(self) -> Sampling:
@@ -159,12 +166,15 @@ class Forwards:
 
 class Assistant:
     """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
-    model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none)."""
+    model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
+    `repairs` is the most repair passes an answer gets unless its request says (0: none)."""
 
     def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
-                 device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None):
+                 device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None,
+                 repairs: int = DEFAULT_REPAIRS):
         settings = config.settings()
         self.strategy = check_strategy(strategy)
+        self.repairs = check_repairs(repairs)
         self.model = model or settings.model
         self.loaded = loading.load(self.model, weights or settings.weights, device)
         self.tuned = tuning.tuned(self.loaded)
@@ -278,9 +288,24 @@ class Assistant:
         """Stream the rewrite of the request's document (or of its selection) as events.
 
         A text too long for one pass is rewritten in pieces, `max_new_tokens` applying to each; the
-        events read as one rewrite of the whole. A bad request raises RewriteError here, before
-        anything runs; closing the returned iterator early releases the model for the next request.
+        events read as one rewrite of the whole. A finished answer is checked, and repaired while it
+        has problems (a Repairing event before each repair pass, whose steps are not streamed). A bad
+        request raises RewriteError here, before anything runs; closing the returned iterator early
+        releases the model for the next request.
         """
+        check_request(request.document, request.instruction, request.selection)
+        repairs = self.repairs if request.repairs is None else check_repairs(request.repairs)
+        edit = repair.Edit(request.document, request.instruction, request.selection, request.language,
+                           request.references)
+
+        def again(asked: repair.Edit) -> Iterator[Event]:
+            return self._passes(replace(request, document=asked.document, instruction=asked.instruction,
+                                        selection=asked.selection, references=asked.references), cancel)
+
+        return repair.checked(edit, self._passes(request, cancel), again, repairs, cancel)
+
+    def _passes(self, request: Request, cancel: threading.Event | None) -> Iterator[Event]:
+        """The answer to the request, unchecked: in one pass, or in pieces for a long text."""
         document, selection = request.document, request.selection
         check_request(document, request.instruction, selection)
 
@@ -418,6 +443,13 @@ def check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         raise RewriteError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     return strategy
+
+
+def check_repairs(repairs: int) -> int:
+    """The most repair passes an answer gets, if it is a count."""
+    if not isinstance(repairs, int) or repairs < 0:
+        raise RewriteError(f"repairs must be a whole number >= 0 (0 turns repair off), not {repairs!r}")
+    return repairs
 
 
 def check_instruction(instruction: str) -> str:

@@ -1,4 +1,5 @@
-"""What the engine yields: Queued while a request waits, a Delta per decoding step, then one Result.
+"""What the engine yields: Queued while a request waits, a Delta per decoding step, Repairing before
+each repair pass (whose own steps are not streamed), then one Result.
 
 Its own module because two modules make them: the engine (one pass) and long_documents (which
 stitches the passes of a long document's pieces into one stream); the engine imports
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from assistant.checks import Check, Problem
 from assistant.engine.output import Span
 
 
@@ -63,7 +65,39 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class Repairing:
+    """A repair pass starts: the answer so far introduced `problems` (offsets in that answer). Its steps
+    are not streamed; the Result's text is the answer kept."""
+
+    problems: tuple[Problem, ...]
+    attempt: int  # 1 for the first repair pass
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One repair pass: the problems of the answer it repaired and of its own answer (offsets in each),
+    whether its answer was kept (it finished with no more problems than before), and its cost."""
+
+    attempt: int
+    problems_before: tuple[Problem, ...]
+    problems_after: tuple[Problem, ...]
+    kept: bool
+    stats: Stats  # the pass's generation
+    seconds: float  # the pass's wall time, its check included
+
+    def to_json(self) -> dict:
+        return {"attempt": self.attempt, "problems_before": [p.message for p in self.problems_before],
+                "problems_after": [p.message for p in self.problems_after], "kept": self.kept,
+                "seconds": round(self.seconds, 4), "new_tokens": self.stats.new_tokens}
+
+
+@dataclass(frozen=True)
 class Result:
+    """The answer. `stats` covers every pass, repairs included (each Repair has its own); `check` is the
+    check of the answer kept (None when the answer did not finish, so nothing was checked), its
+    problems in offsets of `text`; `check_seconds` is the time the first answer's check took (a repair's
+    is in its `seconds`)."""
+
     text: str
     spans: list[Span]  # merged: output range -> document range
     stats: Stats
@@ -72,6 +106,9 @@ class Result:
     weights: str  # the format the model's linear layers ran in
     token_spans: list[Span] = field(default_factory=list, repr=False)  # one per shown token
     pieces: list[tuple[int, int]] = field(default_factory=list)  # document ranges rewritten one pass each
+    check: Check | None = None
+    repairs: tuple[Repair, ...] = ()
+    check_seconds: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -84,9 +121,25 @@ class Result:
         copied = sum(end - start for start, end in (span.output for span in self.spans))
         return copied / len(self.text) if self.text else 0.0
 
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """The problems the answer kept introduced (none when it was not checked)."""
+        return self.check.problems if self.check is not None else ()
+
     def to_json(self) -> dict:
+        check = self.check or Check(notes=("unchecked: the answer did not finish",))
         return {"text": self.text, "spans": [s.to_json() for s in self.spans], "stats": self.stats.to_json(),
-                "stopped": self.stopped, "model": self.model, "weights": self.weights}
+                "stopped": self.stopped, "model": self.model, "weights": self.weights,
+                "problems": [problem_json(p, self.text) for p in self.problems],
+                "checks": {"ran": list(check.ran), "notes": list(check.notes), "seconds": round(self.check_seconds, 4)},
+                "repairs": [repair.to_json() for repair in self.repairs]}
 
 
-Event = Union[Queued, Delta, Result]
+def problem_json(problem: Problem, text: str) -> dict:
+    """A problem as the doors read it: its offsets in `text`, and the 0-based line and character (in Python
+    characters) where it starts."""
+    line = text.count("\n", 0, problem.start)
+    return problem.to_json() | {"line": line, "character": problem.start - (text.rfind("\n", 0, problem.start) + 1)}
+
+
+Event = Union[Queued, Delta, Repairing, Result]

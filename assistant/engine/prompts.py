@@ -118,3 +118,13 @@ def encoded_prompt(tokenizer, rendered: str, placed: list[tuple[int, Segment]], 
                     sources[-1] = (segment.source + s - lo, segment.source + e - lo)
                 break
     return Prompt(ids, sources, fence)
+
+
+def repair_instruction(instruction: str, problems: list[tuple[int, str]], original_shown: bool) -> str:
+    """The instruction of a repair pass: the original one, then the problems its answer introduced as
+    (1-based line in that answer, message), and, when the text before the edit is shown as the related
+    file (to restore changed code from), that it is."""
+    listed = "\n".join(f"line {line}: {message}" for line, message in problems)
+    original = "The related file is the text before the edit.\n" if original_shown else ""
+    return (f"{instruction.strip()}\n\nThe edit introduced these problems:\n{listed}\n{original}"
+            "Fix them and change nothing else.")

@@ -15,9 +15,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from assistant.bench import data
 from assistant.decoding.drafters import HiddenDraft, NoDraft
 from assistant.decoding.loop import decode
-from assistant.engine.assistant import CHAT_BUDGET, Delta, Queued, Result, RewriteError, result_of
+from assistant.engine.assistant import CHAT_BUDGET, Delta, Queued, Request, Result, RewriteError, result_of
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.prompts import edit_prompt
+from assistant.engine.repair import Edit
 from assistant.model import attention, exactness, loading, tuning
 from assistant.model.kv_cache import preallocated_cache
 
@@ -277,3 +278,22 @@ def test_bfloat16_drafting_is_token_identical_to_plain_decoding(records):
             return [t for s in steps for t in s.tokens]
 
         assert tokens("pld+h") == tokens("ar"), record.id
+
+
+def test_a_repair_pass_equals_plain_decoding(embedded):
+    """A repair pass is an ordinary generation: on a crafted answer that uses a name it never imports, the
+    pass the engine would run (the answer as the document, the problems after the instruction) makes the
+    same tokens under pld+h as under ar, and its answer is checked."""
+    edit = Edit("def total(values):\n    return sum(values)\n", "Add type hints to every function.",
+                language="python")
+    answer = "def total(values: List[int]) -> int:\n    return sum(values)\n"
+    problems = edit.check(answer).problems
+    assert [p.message for p in problems] == ["Undefined name `List`"]
+    asked = edit.repair(answer, problems)
+    results = {strategy: result_of(embedded.run(Request(asked.document, asked.instruction, strategy=strategy,
+                                                         language="python", repairs=0, max_new_tokens=48)))
+               for strategy in ("ar", "pld+h")}
+    assert results["pld+h"].text == results["ar"].text and results["pld+h"].stopped == results["ar"].stopped
+    assert results["pld+h"].stats.new_tokens == results["ar"].stats.new_tokens
+    assert results["pld+h"].stats.accepted > 0, "no draft was accepted: the comparison would be vacuous"
+    assert results["ar"].finished and results["ar"].check.ran == results["pld+h"].check.ran == ("ruff",)

@@ -1,0 +1,160 @@
+"""Checking a finished answer, and repairing the problems it introduced with further passes.
+
+When an answer finishes (it ended by itself: not at the token limit, not cancelled), it is checked
+once against the request's document (`assistant.checks.check_edit`: the document before, and the
+document with the answer in place of the selection or of the whole, after), and the problems are
+given in offsets of the answer (those outside the rewritten range at its nearer edge). While
+problems remain and repairs are allowed, a repair pass rewrites the answer itself (so drafts copy
+from it) on the original instruction followed by the problems, line by line; when some problem is
+code the edit changed, the text before the edit is shown beside it, read-only, to restore from. Each
+repaired answer is checked against the original document again; one that did not finish, or that
+has more problems than the answer it repaired, is dropped, and repairing stops there (under greedy
+decoding the same prompt would give the same answer again), as it does when a repair changed nothing.
+
+Invariants: every pass is an ordinary generation, so its output is token-identical to `ar`'s on its
+prompt; the Result is that of the answer kept, with its problems named, the attribution of a kept
+repair traced back through the answers before it to the original document, and the stats of every
+pass; a checker that fails, or a repair that cannot run, is a note in the check and never stops the
+answer's delivery. The repair passes' own events are not streamed: a Repairing event announces each.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, replace
+
+from assistant import checks
+from assistant.checks import Check, Problem
+from assistant.engine.events import Event, Repair, Repairing, Result
+from assistant.engine.long_documents import combined
+from assistant.engine.output import Span, merge_spans
+from assistant.engine.prompts import repair_instruction
+
+CHANGED_CODE = "changed-code"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """What a pass is asked: a document, the range of it to rewrite (None: all), the instruction, the
+    language to check it as (an LSP languageId; None: unchecked), and read-only references."""
+
+    document: str
+    instruction: str
+    selection: tuple[int, int] | None = None
+    language: str | None = None
+    references: tuple[str, ...] = ()
+
+    @property
+    def region(self) -> tuple[int, int]:
+        return self.selection or (0, len(self.document))
+
+    def with_answer(self, answer: str) -> str:
+        """The document with `answer` in place of the rewritten range."""
+        start, end = self.region
+        return self.document[:start] + answer + self.document[end:]
+
+    def check(self, answer: str) -> Check:
+        """The problems putting `answer` in place introduced, in offsets of `answer`; a failure is a note."""
+        start = self.region[0]
+        try:
+            check = checks.check_edit(self.document, self.with_answer(answer), language=self.language,
+                                      instruction=self.instruction)
+        except Exception as error:  # noqa: BLE001 - a check must never stop an answer's delivery
+            return Check(notes=(f"the check failed: {type(error).__name__}: {error}",))
+
+        def inside(offset: int) -> int:
+            return min(max(offset - start, 0), len(answer))
+        return replace(check, problems=tuple(replace(p, start=inside(p.start), end=inside(p.end))
+                                             for p in check.problems))
+
+    def repair(self, answer: str, problems: tuple[Problem, ...]) -> Edit:
+        """The pass that repairs `answer`: it rewrites the answer in place, on the instruction and its problems."""
+        start, _ = self.region
+        listed = [(answer.count("\n", 0, problem.start) + 1, problem.message) for problem in problems]
+        show_original = any(problem.code == CHANGED_CODE for problem in problems)
+        references = self.references + ((self.document[slice(*self.region)],) if show_original else ())
+        selection = (start, start + len(answer)) if self.selection is not None else None
+        return Edit(self.with_answer(answer), repair_instruction(self.instruction, listed, show_original), selection,
+                    self.language, references)
+
+    def traced(self, spans: list[Span], answer: str, answer_spans: list[Span]) -> list[Span]:
+        """`spans` of a repair of `answer` (sources in `self.repair(answer, ...).document`) with sources in
+        this edit's document, through `answer_spans` (merged; the answer's own attribution); a token whose
+        source does not lie in one piece of this document is left unattributed."""
+        start, end = self.region
+        shift = len(answer) - (end - start)
+        starts = [span.output[0] for span in answer_spans]
+
+        def source(a: int, b: int) -> tuple[int, int] | None:
+            if b <= start:
+                return a, b
+            if a >= start + len(answer):
+                return a - shift, b - shift
+            if a < start or b > start + len(answer):
+                return None
+            at = bisect_right(starts, a - start) - 1
+            if at < 0 or answer_spans[at].output[1] < b - start:
+                return None
+            (out, _), (src, _) = answer_spans[at].output, answer_spans[at].source
+            return src + a - start - out, src + b - start - out
+
+        return [Span(span.output, source(*span.source) if span.source else None) for span in spans]
+
+
+def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[Event]], attempts: int,
+            cancel: threading.Event | None) -> Iterator[Event]:
+    """The events of `first` (the answer to `edit`), then its Result checked and, while problems remain,
+    repaired with up to `attempts` passes of `run`."""
+    result = None
+    with closing(first):
+        for event in first:
+            if isinstance(event, Result):
+                result = event
+            else:
+                yield event
+    if result is None:
+        raise AssertionError("the engine ended without a result")
+    if not result.finished:
+        yield result
+        return
+    started = time.perf_counter()
+    check = edit.check(result.text)
+    check_seconds, repairs, passes = time.perf_counter() - started, [], [result.stats]
+    while check.problems and len(repairs) < attempts and not (cancel is not None and cancel.is_set()):
+        yield Repairing(check.problems, len(repairs) + 1)
+        repair, answer, answer_check = attempt(edit, result, check, run, len(repairs) + 1)
+        if repair is None:
+            check = replace(check, notes=check.notes + answer_check.notes)
+            break
+        repairs.append(repair)
+        passes.append(repair.stats)
+        if not repair.kept:
+            break
+        unchanged = answer.text == result.text
+        result, check = answer, answer_check
+        if unchanged:
+            break
+    yield replace(result, stats=combined(passes), check=check, repairs=tuple(repairs), check_seconds=check_seconds)
+
+
+def attempt(edit: Edit, result: Result, check: Check, run: Callable[[Edit], Iterator[Event]],
+            number: int) -> tuple[Repair | None, Result, Check]:
+    """One repair pass of `result`: the Repair, the answer as `edit`'s (attribution traced to its document)
+    and its check; (None, result, a check whose notes say why) when the pass could not run."""
+    started = time.perf_counter()
+    try:
+        events = run(edit.repair(result.text, check.problems))
+        with closing(events):
+            answer = next(event for event in events if isinstance(event, Result))
+    except ValueError as error:  # a RewriteError: the answer cannot be a request's document (empty, too long)
+        return None, result, Check(notes=(f"no repair: {error}",))
+    tokens = edit.traced(answer.token_spans, result.text, result.spans)
+    answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces)
+    answer_check = edit.check(answer.text) if answer.finished else Check()
+    kept = answer.finished and len(answer_check.problems) <= len(check.problems)
+    repair = Repair(number, check.problems, answer_check.problems, kept, answer.stats, time.perf_counter() - started)
+    return repair, answer, answer_check

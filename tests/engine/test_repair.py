@@ -1,0 +1,232 @@
+"""The check and repair of a finished answer (engine/repair.py), with scripted passes in place of the
+model: which answer is kept, what each pass is asked, what streams, and where problems and attribution
+point. The real model's passes are in test_engine.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from assistant import checks
+from assistant.checks import Check, Problem
+from assistant.engine.events import Delta, Queued, Repairing, Result, Stats
+from assistant.engine.output import Span
+from assistant.engine.repair import Edit, checked
+
+DOCUMENT = "def area(w, h):\n    return w * h\n"
+INSTRUCTION = "Add type hints to every function."
+HINTED = "def area(w: int, h: int) -> int:\n    return w * h\n"
+UNDEFINED = "def area(w: Num, h: Num) -> Num:\n    return w * h\n"  # three uses of a name never defined
+ONE_LEFT = "Num = int\ndef area(w: Num, h: Num) -> Numb:\n    return w * h\n"
+WORSE = "def area(w: Num, h: Num) -> Num:\n    return w * h + Unknown\n"
+
+
+def stats(tokens: int) -> Stats:
+    return Stats(tokens, tokens, 1.0, 10, 0, 0, 0.1)
+
+
+def answer(text: str, stopped: str = "eos", spans: list[Span] | None = None) -> Result:
+    spans = spans or []
+    return Result(text, spans, stats(len(text)), stopped, "fake", "float32", spans)
+
+
+class Passes:
+    """Scripted repair passes: each call answers with the next result, and the edits asked are kept."""
+
+    def __init__(self, *results: Result):
+        self.results, self.asked = list(results), []
+
+    def __call__(self, edit: Edit):
+        self.asked.append(edit)
+        result = self.results.pop(0)
+        return events(Delta(result.text, [], 3, 0, 0, 0.1), result)
+
+
+def events(*items):
+    """A generator, as the engine's event streams are (they are closed when left early)."""
+    yield from items
+
+
+def first(result: Result):
+    return events(Queued(0), Delta(result.text, [], 3, 0, 0, 0.1), result)
+
+
+def run(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2):
+    events = list(checked(edit, first(first_answer), passes, attempts, None))
+    return events, events[-1]
+
+
+PYTHON = Edit(DOCUMENT, INSTRUCTION, language="python")
+TIDY = Edit(DOCUMENT, "Tidy this up.", language="python")  # asks for code changes: ruff alone checks them
+
+
+def test_a_clean_answer_is_checked_once_and_not_repaired():
+    events, result = run(PYTHON, answer(HINTED), Passes())
+    assert [type(e) for e in events] == [Queued, Delta, Result]
+    assert result.text == HINTED and result.check.ran == ("ruff", "structure") and result.problems == ()
+    assert result.repairs == () and result.check_seconds > 0
+
+
+def test_problems_are_repaired_on_the_answer_and_the_problems_named():
+    passes = Passes(answer(HINTED))
+    events, result = run(PYTHON, answer(UNDEFINED), passes)
+    [repairing] = [e for e in events if isinstance(e, Repairing)]
+    assert repairing.attempt == 1 and [p.code for p in repairing.problems] == ["F821"] * 3
+    [asked] = passes.asked
+    assert asked.document == UNDEFINED and asked.selection is None and asked.language == "python"
+    assert asked.instruction == (f"{INSTRUCTION}\n\nThe edit introduced these problems:\n"
+                                 "line 1: Undefined name `Num`\nline 1: Undefined name `Num`\n"
+                                 "line 1: Undefined name `Num`\nFix them and change nothing else.")
+    assert asked.references == ()  # no changed code: the text before the edit is not needed
+    assert result.text == HINTED and result.problems == ()
+    [repair] = result.repairs
+    assert (repair.attempt, repair.kept, len(repair.problems_before), repair.problems_after) == (1, True, 3, ())
+    assert result.stats.new_tokens == len(UNDEFINED) + len(HINTED)  # every pass's cost
+    assert [e.text for e in events if isinstance(e, Delta)] == [UNDEFINED]  # the repair's steps are not streamed
+    assert result.to_json()["repairs"][0]["kept"] is True
+
+
+def test_a_repair_with_more_problems_is_dropped():
+    _, result = run(TIDY, answer(UNDEFINED), Passes(answer(WORSE), answer(HINTED)))
+    assert result.text == UNDEFINED and len(result.problems) == 3
+    [repair] = result.repairs  # and no second pass: greedy, the same prompt would answer the same
+    assert not repair.kept and len(repair.problems_after) == 4
+
+
+def test_at_most_the_passes_allowed():
+    still = [answer(UNDEFINED.replace("w * h", f"w * h * {n}")) for n in range(3)]
+    events, result = run(TIDY, answer(UNDEFINED), Passes(*still), attempts=2)
+    assert [e.attempt for e in events if isinstance(e, Repairing)] == [1, 2]
+    assert [r.kept for r in result.repairs] == [True, True] and result.text == still[1].text
+    assert len(result.problems) == 3
+
+
+def test_fewer_problems_are_kept_and_repaired_again():
+    _, result = run(TIDY, answer(UNDEFINED), Passes(answer(ONE_LEFT), answer(HINTED)))
+    assert [(len(r.problems_before), len(r.problems_after), r.kept) for r in result.repairs] == [(3, 1, True),
+                                                                                              (1, 0, True)]
+    assert result.text == HINTED
+
+
+def test_a_repair_that_changes_nothing_ends_repairing():
+    _, result = run(PYTHON, answer(UNDEFINED), Passes(answer(UNDEFINED), answer(HINTED)))
+    assert len(result.repairs) == 1 and result.text == UNDEFINED
+
+
+def test_no_repair_when_turned_off():
+    events, result = run(PYTHON, answer(UNDEFINED), Passes(), attempts=0)
+    assert not any(isinstance(e, Repairing) for e in events)
+    assert len(result.problems) == 3 and result.repairs == ()
+
+
+@pytest.mark.parametrize("stopped", ["length", "cancelled"])
+def test_an_unfinished_answer_is_not_checked(stopped):
+    _, result = run(PYTHON, answer(UNDEFINED, stopped), Passes())
+    assert result.check is None and result.repairs == ()
+    assert result.to_json()["checks"]["notes"] == ["unchecked: the answer did not finish"]
+
+
+def test_an_unfinished_repair_is_dropped():
+    _, result = run(PYTHON, answer(UNDEFINED), Passes(answer(HINTED[:10], "length")))
+    [repair] = result.repairs
+    assert not repair.kept and result.text == UNDEFINED and len(result.problems) == 3
+
+
+def test_a_cancel_stops_repairing():
+    cancel = threading.Event()
+    cancel.set()
+    events = list(checked(PYTHON, first(answer(UNDEFINED)), Passes(answer(HINTED)), 2, cancel))
+    assert events[-1].text == UNDEFINED and events[-1].repairs == () and len(events[-1].problems) == 3
+
+
+def test_a_failing_check_is_a_note_and_the_answer_is_delivered(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(checks, "check_edit", broken)
+    _, result = run(PYTHON, answer(UNDEFINED), Passes())
+    assert result.text == UNDEFINED and result.problems == ()
+    assert result.check.notes == ("the check failed: RuntimeError: boom",) and not result.check.checked
+
+
+def test_a_repair_that_cannot_run_is_a_note():
+    def refuses(edit):
+        raise ValueError("the prompt is too long")
+    events = list(checked(PYTHON, first(answer(UNDEFINED)), refuses, 2, None))
+    result = events[-1]
+    assert result.text == UNDEFINED and len(result.problems) == 3 and result.repairs == ()
+    assert result.check.notes == ("no repair: the prompt is too long",)
+
+
+def test_unchecked_languages_say_so():
+    _, result = run(Edit("Some prose.\n", "Fix the spelling."), answer("Some prose\n"), Passes())
+    assert result.check.notes == ("unchecked: prose or an unknown language",) and not result.check.checked
+
+
+def test_changed_code_shows_the_text_before_the_edit():
+    passes = Passes(answer(HINTED))
+    changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
+    _, result = run(PYTHON, answer(changed), passes)
+    assert passes.asked[0].references == (DOCUMENT,)
+    assert "The related file is the text before the edit." in passes.asked[0].instruction
+    assert result.text == HINTED
+
+
+def test_selection_problems_point_into_the_answer_and_the_repair_rewrites_it_in_place():
+    document = "import os\n\n" + DOCUMENT + "\nprint(os.sep)\n"
+    start = document.index("def")
+    edit = Edit(document, INSTRUCTION, (start, start + len(DOCUMENT)), "python")
+    passes = Passes(answer(HINTED))
+    _, result = run(edit, answer(UNDEFINED), passes)
+    [repair] = result.repairs
+    assert [(p.start, p.end) for p in repair.problems_before] == [(12, 15), (20, 23), (28, 31)]
+    assert {UNDEFINED[p.start:p.end] for p in repair.problems_before} == {"Num"}
+    asked = passes.asked[0]
+    assert asked.document == document[:start] + UNDEFINED + document[start + len(DOCUMENT):]
+    assert asked.selection == (start, start + len(UNDEFINED))
+    assert result.text == HINTED
+
+
+def test_problems_outside_the_selection_are_put_at_its_edges():
+    document = "x = 1\n" + DOCUMENT + "y = area(1, 2)\n"
+    start = len("x = 1\n")
+    edit = Edit(document, "Rename area to surface.", (start, start + len(DOCUMENT)), "python")
+    renamed = DOCUMENT.replace("area", "surface")
+    _, result = run(edit, answer(renamed), Passes(), attempts=0)
+    [problem] = result.problems  # `area` is now undefined in the line after the selection
+    assert problem.code == "F821" and (problem.start, problem.end) == (len(renamed), len(renamed))
+
+
+def test_a_kept_repairs_attribution_is_traced_to_the_original_document():
+    before, after = "def noop():\n    pass\n", "area(1, 2)\n"
+    document, start = before + DOCUMENT + after, len(before)
+    end = start + len(DOCUMENT)
+    edit = Edit(document, INSTRUCTION, (start, end), "python")
+    # The first answer copied its last line from the document; the repair copies from that answer and
+    # from the text around it (the repair's document: `before`, the answer, `after`).
+    line, copied, hinted = DOCUMENT.index("    return"), UNDEFINED.index("    return"), HINTED.index("    return")
+    first_answer = answer(UNDEFINED, spans=[Span((copied, len(UNDEFINED)), (start + line, end))])
+    tail = start + len(UNDEFINED)  # where `after` starts in the repair's document
+    repaired = answer(HINTED, spans=[Span((hinted, hinted + 4), (start + copied, start + copied + 4)),
+                                     Span((0, 3), (0, 3)),  # "def" of `before`
+                                     Span((4, 8), (tail, tail + 4)),  # "area" of `after`
+                                     Span((9, 10), (start + 9, start + 10))])  # a part the first answer wrote
+    _, result = run(edit, first_answer, Passes(repaired))
+    assert result.text == HINTED
+    assert [s.source for s in result.token_spans] == [(start + line, start + line + 4), (0, 3), (end, end + 4), None]
+    for span in result.spans:
+        assert result.text[slice(*span.output)] == document[slice(*span.source)]
+
+
+def test_problems_in_json_have_their_line_and_character():
+    _, result = run(TIDY, answer("x = 1\n" + UNDEFINED), Passes(), attempts=0)
+    problem = result.to_json()["problems"][0]
+    assert problem["line"] == 1 and problem["character"] == 12 and problem["checker"] == "ruff"
+    assert set(problem) == {"message", "start", "end", "code", "checker", "line", "character"}
+    assert result.to_json()["checks"]["ran"] == ["ruff"]
+
+
+def test_check_edit_results_are_mapped_not_altered():
+    check = Edit(DOCUMENT, INSTRUCTION, language="python").check(UNDEFINED)
+    assert isinstance(check, Check) and all(isinstance(p, Problem) for p in check.problems)
+    assert check == checks.check_edit(DOCUMENT, UNDEFINED, language="python", instruction=INSTRUCTION)
