@@ -11,9 +11,10 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-from fastapi import HTTPException
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection, Request
@@ -148,3 +149,13 @@ def loaded(model: aio.Loader) -> Assistant:
     if (assistant := model.loaded()) is None:
         raise HTTPException(503, load_error(model) or STILL_LOADING)
     return assistant
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """The model (`app.state.model`, an `aio.Loader`) loads on a thread of its own while the server
+    answers, and is closed when the server stops."""
+    app.state.model.load(app.state.assistant_factory)
+    yield
+    if (assistant := app.state.model.loaded()) is not None:
+        assistant.close()

@@ -25,7 +25,6 @@ import ipaddress
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
 from typing import Annotated
 
 import uvicorn
@@ -42,6 +41,7 @@ from assistant.asgi import (
     GuardHostAndOrigin,
     cancel_on_disconnect,
     load_error,
+    lifespan,
     loaded,
     model,
 )
@@ -262,15 +262,6 @@ async def completions(body: CompletionRequest, request: Request, assistant: Load
 
 
 # ---------------------------------------------------------------- the app
-
-@asynccontextmanager
-async def lifespan(app: FastAPI):
-    """The model loads while the server answers; /health says when it is ready."""
-    app.state.model.load(app.state.assistant_factory)
-    yield
-    if (assistant := app.state.model.loaded()) is not None:
-        assistant.close()
-
 
 def create_app(assistant_factory: Callable[[], Assistant], model_name: str, api_key: str | None = None,
                max_generations: int = MAX_GENERATIONS) -> FastAPI:

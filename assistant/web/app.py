@@ -13,7 +13,6 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,7 +26,7 @@ from starlette.requests import HTTPConnection
 
 from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
 from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
-                            loaded, model)
+                            lifespan, loaded, model)
 from assistant.connections import PingedWebSocketProtocol, ReapedH11Protocol
 from assistant.engine import aio
 
@@ -340,15 +339,6 @@ async def rewrite_socket(websocket: WebSocket, model: Model, generations: Runs) 
 
 
 # ---------------------------------------------------------------- the app
-
-@asynccontextmanager
-async def lifespan(app: FastAPI):
-    """The model loads while the server answers; /healthz says when it is ready."""
-    app.state.model.load(app.state.assistant_factory)
-    yield
-    if (assistant := app.state.model.loaded()) is not None:
-        assistant.close()
-
 
 def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
                max_generations: int = MAX_GENERATIONS, samples: tuple[Sample, ...] = ()) -> FastAPI:
