@@ -4,7 +4,10 @@ Everything that can be checked without the model (paths, options, encodings, lin
 checked first, so mistakes fail fast; the model is then loaded once and the files are rewritten
 in turn, one failure not stopping the others. The engine plans long files (it splits them into
 pieces); an answer that did not finish (token limit, cancel, failure) is never written, and the
-command exits non-zero naming the option that would let it finish. Writes go to a temporary
+command exits non-zero naming the option that would let it finish. The engine checks every
+finished answer in the file's language and repairs the problems it introduced; an answer that still
+has problems is not written (`--in-place`, `-o`) unless `--allow-problems` says so, and its problems
+are listed on stderr (path:line:column: message) whatever the output. Writes go to a temporary
 file next to the target (a link's target, for a link) that replaces it atomically, keeping its
 owner and mode, so an interruption at any moment leaves the original intact. A file with several
 hard links is written over in place instead, so that every name sees the new text (what Vim's
@@ -36,8 +39,10 @@ from rich.progress import Progress as Bar
 from rich.text import Text
 
 from assistant import files
+from assistant.checks import Problem, language_of
 from assistant.cli.options import add_engine_option, add_model_options, assistant_for, interrupt_on_sigterm
 from assistant.engine.assistant import Delta, Result, RewriteError, check_instruction
+from assistant.engine.events import Repairing, problem_json
 from assistant.engine.output import Span
 from assistant.model.loading import ModelError
 
@@ -61,12 +66,19 @@ def register(commands) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="most tokens to generate (per piece of a long file)")
     parser.add_argument("--max-piece-tokens", type=int, help=argparse.SUPPRESS)  # forces splitting, for tests
     parser.add_argument("--encoding", help="read and write the files in this encoding (default: UTF-8, strict)")
+    parser.add_argument("--language", metavar="ID",
+                        help="check the answer as this language (an LSP languageId such as python; default: from "
+                             "the file name, or a shebang; stdin without one is unchecked)")
+    parser.add_argument("--repairs", type=int, metavar="N",
+                        help="repair passes at most when the answer introduced problems (default 2; 0: none)")
     output = parser.add_argument_group("output")
     output.add_argument("--diff", action="store_true", help="print a unified diff instead of the new text")
     output.add_argument("--json", action="store_true", help="print one JSON object per file: text, spans, stats")
     output.add_argument("--in-place", action="store_true", help="replace the file (keeping a backup PATH~)")
     output.add_argument("--no-backup", action="store_true", help="with --in-place, keep no backup")
     output.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the new text to OUT")
+    output.add_argument("--allow-problems", action="store_true",
+                        help="with --in-place or -o, write an answer even if it introduced problems")
     output.add_argument("--quiet", action="store_true", help="no progress and no summary on stderr")
     add_model_options(parser)
     add_engine_option(parser)
@@ -153,6 +165,10 @@ def check_options(args) -> str:
         raise Refused("stdin (-) can be read only once")
     if args.no_backup and not args.in_place:
         raise Refused("--no-backup goes with --in-place")
+    if args.allow_problems and not (args.in_place or args.output):
+        raise Refused("--allow-problems goes with --in-place or -o")
+    if args.repairs is not None and args.repairs < 0:
+        raise Refused("--repairs must be 0 or more")
     if args.lines is not None and not re.fullmatch(r"\s*[0-9]+\s*:\s*[0-9]+\s*", args.lines):
         raise Refused(f"--lines wants A:B with line numbers in digits 0-9, not {args.lines!r}")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
@@ -214,6 +230,12 @@ def restored(source: Source, text: str, spans: list) -> tuple[str, list]:
                  for (a, b), (c, d) in ((sp.output, sp.source) for sp in spans)]
         text = text.replace("\n", "\r\n")
     return text, spans
+
+
+def in_file(problem: Problem, to_output, length: int) -> Problem:
+    """A problem with offsets in the file text as written (`to_output`: from \\n offsets), within it."""
+    return Problem(problem.message, min(to_output(problem.start), length), min(to_output(problem.end), length),
+                   problem.code, problem.checker)
 
 
 def crlf_offsets(text: str):
@@ -341,7 +363,40 @@ def summary(result, steps: list) -> str:
                  f"priced at the mean time of this run's undrafted steps)")
     elif stats.steps:
         line += f"; at most ~{stats.mean_accepted:.1f}x faster than plain decoding (tokens per step; no plain step seen)"
-    return line
+    return line + checked(result)
+
+
+def checked(result) -> str:
+    """What the check found and the repairs made, for the closing line."""
+    check = result.check
+    if check is None:
+        return ""
+    if not check.checked:
+        return f"; unchecked ({'; '.join(check.notes).removeprefix('unchecked: ')})"
+    kept = sum(repair.kept for repair in result.repairs)
+    repaired = f", {len(result.repairs)} repair passes ({kept} kept)" if result.repairs else ""
+    left = len(check.problems)
+    return f"; checked ({', '.join(check.ran)}){repaired}: {left or 'no'} problem{'' if left == 1 else 's'} left"
+
+
+def located(source: Source, result) -> list[tuple[Problem, int, int]]:
+    """The answer's problems with offsets in the new file text (as `spliced` makes it, \\n line breaks),
+    and the 1-based line and column where each starts."""
+    start = (source.selection or (0, 0))[0]
+    text = spliced(source, result)[0]
+    found = []
+    for problem in result.problems:
+        at = start + problem.start
+        line_start = text.rfind("\n", 0, at) + 1
+        found.append((Problem(problem.message, at, start + problem.end, problem.code, problem.checker),
+                      text.count("\n", 0, at) + 1, at - line_start + 1))
+    return found
+
+
+def report_problems(source: Source, problems: list[tuple[Problem, int, int]]) -> None:
+    name = "stdin" if source.path == "-" else source.path
+    for problem, line, column in problems:
+        print(f"{name}:{line}:{column}: {problem.message} [{problem.code}]", file=sys.stderr)
 
 
 class Progress:
@@ -378,9 +433,10 @@ UNFINISHED = {
 
 def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
     stream_to_terminal = console is not None
+    language = language_of(args.language or (None if source.path == "-" else source.path), source.text)
     events = assistant.rewrite(source.text, instruction, selection=source.selection,
                                max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               max_piece_tokens=args.max_piece_tokens)
+                               max_piece_tokens=args.max_piece_tokens, language=language, repairs=args.repairs)
     region = source.selection or (0, len(source.text))
     progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
     steps, shown, result = [], 0, None  # shown: characters of the answer streamed
@@ -395,6 +451,9 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
                 if stream_to_terminal:
                     console.print(styled(event.text, event.tokens, shown), end="")
                 shown += len(event.text)
+            elif isinstance(event, Repairing) and not args.quiet:
+                print(f"{source.path}: the answer introduced {len(event.problems)} problems; repairing them "
+                      f"(pass {event.attempt})", file=sys.stderr)
             elif isinstance(event, Result):
                 result = event
     finally:
@@ -402,21 +461,35 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
         progress.close()
     if stream_to_terminal:
         console.print(kept(source.text[region[1]:]), end="")
-    finish(source, result, args, stream_to_terminal)
-    if not args.quiet:
-        print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
+        if any(repair.kept for repair in result.repairs):  # what streamed was the answer before its repair
+            console.rule("repaired")
+            console.print(spliced(source, result)[0], end="")
+    try:
+        finish(source, result, args, stream_to_terminal)
+    finally:  # also when the answer is refused: what it cost, what was repaired and what is left
+        if not args.quiet:
+            print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
 
 
 def finish(source: Source, result, args, streamed: bool) -> None:
-    """Print or write the new text the way the options ask; an unfinished answer is never written."""
+    """Print or write the new text the way the options ask; an unfinished answer is never written, nor
+    one with problems unless --allow-problems says so."""
     text, spans = restored(source, *spliced(source, result))
-    if args.json:  # the record says how it stopped
+    problems = located(source, result)
+    if args.json:  # the record says how it stopped, and what the check found
         to_input = crlf_offsets(source.text) if source.crlf else (lambda offset: offset)
+        to_output = crlf_offsets(spliced(source, result)[0]) if source.crlf else (lambda offset: offset)
         record = result.to_json() | {"path": source.path, "text": text, "spans": [s.to_json() for s in spans],
-                                     "pieces": [[to_input(a), to_input(b)] for a, b in result.pieces]}
+                                     "pieces": [[to_input(a), to_input(b)] for a, b in result.pieces],
+                                     "problems": [problem_json(in_file(p, to_output, len(text)), text)
+                                                  for p, _, _ in problems]}
         print(json.dumps(record), flush=True)
     if not result.finished:
         raise Refused(f"{source.path}: {UNFINISHED[result.stopped]}; nothing written")
+    report_problems(source, problems)
+    if problems and (args.in_place or args.output) and not args.allow_problems:
+        raise Refused(f"{source.path}: the answer introduced {len(problems)} problem{'s' * (len(problems) > 1)} "
+                      f"(listed above); nothing written (--allow-problems writes it anyway)")
     if args.diff:
         old, new = original_text(source), text
         name = "stdin" if source.path == "-" else source.path

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from assistant.checks import Check, Problem
 from assistant.cli import main
 from assistant.cli import rewrite as rewrite_command
 from assistant.cli.rewrite import (
@@ -28,9 +29,11 @@ from assistant.cli.rewrite import (
     read_source,
     restored,
     styled,
+    summary,
     write_atomically,
 )
 from assistant.engine.assistant import Result, Stats
+from assistant.engine.events import Repair
 from assistant.engine.output import Span
 
 FAST = ["--max-new-tokens", "64"]  # enough for the tiny files here to finish
@@ -99,6 +102,8 @@ def test_usage_errors_exit_2_through_the_command(code):
     (["{code}", "-i", "x", "-o", "out.py"], "single input"),
     (["-i", "x", "--lines", "three"], "--lines wants"),
     (["-i", "x", "--no-backup"], "--no-backup goes with --in-place"),
+    (["-i", "x", "--allow-problems"], "--allow-problems goes with --in-place or -o"),
+    (["-i", "x", "--repairs", "-1"], "--repairs must be 0 or more"),
     (["-i", "x", "--lines", "\u0661:\u0662"], "--lines wants"),  # Arabic-Indic digits: int() would take them
     (["-i", "x", "--lines", "\u00b9:\u00b2"], "--lines wants"),  # superscripts: isdigit() but not int()
     (["-i", "x", "--temperature", "nan"], "--temperature"),
@@ -223,6 +228,79 @@ def test_an_unfinished_answer_is_not_written_to_o(tmp_path, stopped, message):
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+# --- answers with problems, in-process ---
+
+HINTED = "def add(a: Num, b: Num) -> Num:\n    return a + b\n"
+
+
+def with_problems(text: str = HINTED, repairs: tuple = ()) -> Result:
+    """A finished answer whose check found `Num` undefined (three times), as the engine would give it."""
+    problems = tuple(Problem("Undefined name `Num`", at, at + 3, "F821", "ruff")
+                     for at in (i for i in range(len(text)) if text.startswith("Num", i)))
+    return Result(text, [], Stats(20, 8, 1.0, 10, 12, 10, 0.1), "eos", "smollm2-135m", "float32",
+                  check=Check(problems, ("ruff", "structure")), repairs=repairs)
+
+
+def options(**chosen) -> argparse.Namespace:
+    return argparse.Namespace(**({"json": False, "diff": False, "in_place": False, "output": None, "encoding": None,
+                                  "no_backup": False, "quiet": True, "allow_problems": False} | chosen))
+
+
+@pytest.mark.parametrize("flag", ["in_place", "output"])
+def test_an_answer_with_problems_is_not_written(tmp_path, capsys, flag):
+    path = write(tmp_path / "code.py", CODE)
+    out = tmp_path / "out.py"
+    args = options(**({"in_place": True} if flag == "in_place" else {"output": out}))
+    with pytest.raises(Refused, match=r"introduced 3 problems \(listed above\); nothing written "
+                                      r"\(--allow-problems writes it anyway\)"):
+        finish(read_source(str(path), None, None), with_problems(), args, streamed=False)
+    assert capsys.readouterr().err.splitlines() == [f"{path}:1:12: Undefined name `Num` [F821]",
+                                                    f"{path}:1:20: Undefined name `Num` [F821]",
+                                                    f"{path}:1:28: Undefined name `Num` [F821]"]
+    assert path.read_text() == CODE and not out.exists() and leftovers(tmp_path) == []
+    assert not (tmp_path / "code.py~").exists()
+
+
+def test_allow_problems_writes_it_and_still_lists_them(tmp_path, capsys):
+    path = write(tmp_path / "code.py", CODE)
+    finish(read_source(str(path), None, None), with_problems(), options(in_place=True, allow_problems=True),
+           streamed=False)
+    assert path.read_text() == HINTED and (tmp_path / "code.py~").read_text() == CODE
+    assert capsys.readouterr().err.count("Undefined name `Num`") == 3
+
+
+def test_diff_prints_the_problems_on_stderr_at_their_place_in_the_file(tmp_path, capsys):
+    text = "import os\n\n" + CODE + "\nprint(os.sep)\n"
+    path = write(tmp_path / "code.py", text)
+    source = read_source(str(path), None, "3:4")  # the function alone
+    finish(source, with_problems(), options(diff=True), streamed=False)
+    out, err = capsys.readouterr()
+    assert "+def add(a: Num, b: Num) -> Num:\n" in out
+    assert err.splitlines()[0] == f"{path}:3:12: Undefined name `Num` [F821]"
+
+
+def test_json_problems_are_in_the_offsets_of_its_text(tmp_path, capsys):
+    path = write(tmp_path / "code.py", ("import os\n\n" + CODE).replace("\n", "\r\n"))  # CRLF, a selection
+    finish(read_source(str(path), None, "3:4"), with_problems(), options(json=True), streamed=False)
+    record = json.loads(capsys.readouterr().out)
+    assert len(record["problems"]) == 3 and record["checks"]["ran"] == ["ruff", "structure"]
+    for problem in record["problems"]:
+        assert record["text"][problem["start"]:problem["end"]] == "Num"
+        assert problem["line"] == 2 and record["text"].splitlines()[2][problem["character"]:].startswith("Num")
+
+
+def test_the_summary_names_repairs_and_problems_left_or_unchecked():
+    repair = Repair(1, (Problem("Undefined name `Num`", 0, 3, "F821", "ruff"),) * 4, (), True,
+                    Stats(20, 8, 1.0, 10, 12, 10, 0.1), 1.2)
+    assert summary(with_problems(repairs=(repair,)), []).endswith(
+        "; checked (ruff, structure), 1 repair passes (1 kept): 3 problems left")
+    clean = with_problems("def add(a: int, b: int) -> int:\n    return a + b\n")
+    assert summary(clean, []).endswith("; checked (ruff, structure): no problems left")
+    prose = Result("Hello.\n", [], clean.stats, "eos", "m", "float32",
+                   check=Check(notes=("unchecked: prose or an unknown language",)))
+    assert summary(prose, []).endswith("; unchecked (prose or an unknown language)")
+
+
 # --- with the model ---
 
 def test_an_answer_cut_at_the_token_limit_is_never_written_in_place(tmp_path):
@@ -271,6 +349,17 @@ def test_diff_of_a_line_range_from_stdin():
     assert done.stdout.startswith("--- a/stdin\n+++ b/stdin\n")
     removed = [line for line in done.stdout.splitlines()[2:] if line.startswith("-")]
     assert removed in ([], ["-fix teh speling here"])  # only the chosen line may change
+
+
+def test_json_says_what_was_checked(code):
+    """A Python file is checked (ruff), stdin without --language is not, and both records say so."""
+    done = rewrite(str(code), "-", "-i", "Copy the text exactly.", "--json", *FAST, stdin="Hello wrold\n")
+    assert done.returncode == 0, done.stderr
+    first, second = (json.loads(line) for line in done.stdout.splitlines())
+    assert "ruff" in first["checks"]["ran"] and isinstance(first["problems"], list)
+    assert isinstance(first["repairs"], list)
+    assert second["checks"]["ran"] == [] and second["checks"]["notes"] == ["unchecked: prose or an unknown language"]
+    assert "unchecked" in done.stderr and "checked (ruff" in done.stderr
 
 
 def test_plain_text_to_stdout(code):
