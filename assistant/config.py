@@ -12,13 +12,15 @@ itself. `settings()` reads the variables once, on first use (a test that sets on
                                instead of loading a model (default: none, the model loads in-process)
     ASSISTANT_API_KEY          the key of `assistant serve`, and the one the doors send to ASSISTANT_ENGINE
     CXX                        the C++ compiler that builds the kernels (default: g++)
+    OMP_WAIT_POLICY            how OpenMP's idle threads wait (default here: PASSIVE, unless it or
+    GOMP_SPINCOUNT             GOMP_SPINCOUNT is set; see `wait_politely`)
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,3 +51,23 @@ class Settings:
 @functools.cache
 def settings() -> Settings:
     return Settings.from_environment()
+
+
+WAITING = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # libgomp's, read once when torch first loads it
+
+
+def wait_politely(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Have OpenMP's threads sleep when they wait, unless the user chose how they wait. By default
+    libgomp spins a few milliseconds at the end of every parallel region for the threads that are
+    late; when another process holds a core, the late thread is the one it preempted, so each of the
+    hundreds of regions of a token waits out a time slice, and a rewrite beside one busy process
+    takes many times its share of the machine. The kernels' own regions run on the same runtime.
+    Called by `assistant/__init__.py` before anything imports torch; it changes nothing in a process
+    that loaded torch first."""
+    if not any(name in environ for name in WAITING):
+        environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def thread_waiting(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """How OpenMP's threads wait in this process, as its variables say (for the benchmark's record)."""
+    return {name: environ[name] for name in WAITING if name in environ}

@@ -8,6 +8,7 @@ import os
 # another: its skill does not matter to most tests, and it loads in a second.
 os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
 os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine, whatever `auto` measures
+import assistant  # noqa: E402, F401  first: it chooses how OpenMP's threads wait before torch loads (config.py)
 
 import logging  # noqa: E402
 import shutil  # noqa: E402

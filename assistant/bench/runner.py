@@ -5,7 +5,9 @@ Records are measured one after another; each record runs every strategy in turn 
 so that a machine that slows down over time hurts all strategies alike), plain decoding `ar`
 first because it is the reference every other output must equal. Rows are appended to
 `rows.jsonl` as they finish; `summary.json`, `chart.png` and the table are written at the end,
-or on Ctrl-C from what was measured so far.
+or on Ctrl-C from what was measured so far. With `--busy N`, each run is measured again at once with
+N CPU-bound processes spinning beside it (`busy.py`): what a busy machine costs each generator, and
+whether the engine gives the same text under load.
 
 Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as
 the ratio of total tokens over total time, both with the prefill included; "after 1st token"
@@ -46,7 +48,7 @@ from rich.table import Table
 from transformers.generation.streamers import BaseStreamer
 
 from assistant import config
-from assistant.bench import data, sandbox, step_costs
+from assistant.bench import busy, data, sandbox, step_costs
 from assistant.bench.attribution_quality import quality
 from assistant.engine.assistant import Delta, Result, RewriteError, result_of
 from assistant.engine.output import OutputText
@@ -77,6 +79,7 @@ class Plan:
     records: list[data.Record]  # task by task, `samples` each, spread over the task's sources
     max_new_tokens: int | None  # None: each answer's own budget, as the front doors give
     out: Path
+    busy: int = 0  # CPU-bound processes spinning beside a second, busy run of each (`busy.py`); 0: none
 
 
 def split_list(text: str) -> list[str]:
@@ -113,7 +116,9 @@ def plan(args) -> Plan:
             raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
         records += data.sample(available, args.samples)
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out)
+    if args.busy < 0:
+        raise BenchError("--busy must be 0 or more")
+    return Plan(list(dict.fromkeys(tasks)), strategies, records, args.max_new_tokens, out, args.busy)
 
 
 # --- running one strategy on one record -----------------------------------------------------------
@@ -364,6 +369,14 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
     return row, result
 
 
+def measured_busy(runner: Runner, strategy: str, record: data.Record, results: dict[str, Run], quiet: dict,
+                  processes: int) -> dict:
+    """The row of the same run again, at once, with `processes` CPU-bound processes spinning beside it."""
+    with busy.spinning(processes):
+        row, _ = measure(runner, strategy, record, results)
+    return busy.row(quiet, row, processes)
+
+
 def prefix_reuse(runner: Runner, record: data.Record, reference: Run | None) -> dict:
     """Time to first token of one edit request: cold, made again (its whole prompt prefix cached), and
     after the buffer was left idle (`Assistant.warm`: the part any instruction shares cached); the last
@@ -576,6 +589,7 @@ def environment(assistant, max_new_tokens: int) -> dict:
         pass
     loaded = assistant.loaded
     return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "thread_waiting": config.thread_waiting(),  # OMP_WAIT_POLICY, GOMP_SPINCOUNT as set
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
             "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
@@ -585,18 +599,22 @@ def environment(assistant, max_new_tokens: int) -> dict:
 
 def finish(plan_: Plan, runner: Runner, rows: list[dict], costs: dict[str, dict], env: dict, interrupted: bool,
            console) -> None:
-    summary = summarize(rows, plan_.tasks, plan_.strategies)
-    reuse = summarize_prefix_reuse(rows, plan_.tasks, summary)
+    quiet = [r for r in rows if "busy" not in r]
+    summary = summarize(quiet, plan_.tasks, plan_.strategies)
+    reuse = summarize_prefix_reuse(quiet, plan_.tasks, summary)
+    loaded = busy.summarize([r for r in rows if "busy" in r], plan_.tasks, plan_.strategies)
     (plan_.out / "summary.json").write_text(json.dumps(
         {"environment": env, "interrupted": interrupted, "unavailable": runner.unavailable,
          "llama_cpp": runner.llama_info or None, "step_costs": costs, "results": summary,
-         "prefix_reuse": reuse}, indent=1) + "\n")
-    chart(summary, rows, plan_.out / "chart.png")
+         "prefix_reuse": reuse, "busy": loaded}, indent=1) + "\n")
+    chart(summary, quiet, plan_.out / "chart.png")
     if costs:
         console.print(step_table(costs))
     console.print(table(summary, runner.unavailable))
     if reuse:
         console.print(prefix_table(reuse))
+    if loaded:
+        console.print(busy.table(loaded))
     console.print(f"results in {plan_.out}/ (rows.jsonl, summary.json, chart.png)")
 
 
@@ -608,7 +626,7 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
     assistant.measured_costs()  # a first run measures them now, not while strategies are timed
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens, model, load)
-    env = environment(assistant, plan_.max_new_tokens)
+    env = environment(assistant, plan_.max_new_tokens) | {"busy": plan_.busy}
     if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
@@ -640,6 +658,10 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
                         break
                     rows.append(row)
                     results[strategy] = result
+                    if plan_.busy:
+                        rows.append(measured_busy(runner, strategy, record, results, row, plan_.busy))
+                        jsonl.write(json.dumps(rows[-1]) + "\n")
+                        jsonl.flush()
                     progress.advance(bar)
                 if record.is_edit and results:
                     progress.update(bar, description=f"{record.task} {record.id[:24]} {PREFIX_REUSE}")

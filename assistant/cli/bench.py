@@ -28,6 +28,9 @@ def register(commands) -> None:
                              "front doors give, room for a whole rewrite)")
     parser.add_argument("--max-draft", type=int,
                         help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
+    parser.add_argument("--busy", type=int, nargs="?", const=1, default=0, metavar="N",
+                        help="run each measurement again at once with N CPU-bound processes spinning beside it "
+                             "(default 1): what a busy machine costs each strategy")
     parser.add_argument("--out", type=Path, help="results folder (default bench-results/<timestamp>)")
     add_model_options(parser, strategy=False)
     parser.set_defaults(run=run)
