@@ -99,11 +99,10 @@ class Rewrite:
             answer = self.prefix + (BARE_LF.sub("\r\n", output) if self.crlf else output)
         return Diff.between(self.base, answer, final=final, newline="\r\n" if self.crlf else "\n"), spans
 
-    def problems_of(self, output: str, problems: list[dict]) -> list[tuple[int, int, str, str]]:
-        """The engine's problems (as its Result's JSON gives them, offsets into `output`) in answer offsets."""
+    def problems_of(self, output: str, problems) -> list[tuple[int, int, str, str]]:
+        """The engine's problems (offsets into `output`) in answer offsets."""
         at = self.shown_offset(output)
-        return [(len(self.prefix) + at(p["start"]), len(self.prefix) + at(p["end"]), p["message"], p["code"])
-                for p in problems]
+        return [(len(self.prefix) + at(p.start), len(self.prefix) + at(p.end), p.message, p.code) for p in problems]
 
     def follow(self, current: str) -> None:
         """Move the target and the attribution spans onto `current`, dropping what no longer holds."""

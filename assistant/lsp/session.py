@@ -24,7 +24,7 @@ from pygls.progress import Progress
 from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import Workspace
 
-from assistant import Delta, Queued, Result, RewriteError, check_instruction
+from assistant import Delta, Queued, Repairing, Result, RewriteError, check_instruction
 from assistant.engine import aio
 from assistant.lsp import ranges
 from assistant.lsp.hunks import Diff, line_edit
@@ -168,7 +168,7 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
         try:
             # rewrite() tokenizes and may time the model once: keep it off the event loop
             events = await asyncio.to_thread(model.rewrite, text, instruction, selection=selection,
-                                             cancel=job.cancel, references=references)
+                                             cancel=job.cancel, references=references, language=document.language_id)
         except Exception as error:  # RewriteError, and anything else the engine refuses with
             raise JsonRpcInvalidParams(str(error)) from error
         result = await stream(ls, job, events, model.loaded.context_length)
@@ -219,14 +219,14 @@ async def stream(ls: Server, job: Rewrite, events, context: int):
                                f"{event.totals.mean_accepted:.2f} tokens per step")
                     await write(ls, job, *job.diff_of(output, token_spans, final=False))
                     written, last_edit = output, time.monotonic()
+            elif isinstance(event, Repairing):  # the Result's text is the answer kept, maybe not what streamed
+                bar.report(f"repairing {len(event.problems)} problems (attempt {event.attempt})")
             elif isinstance(event, Result):
                 result = event
                 bar.outcome = event.stopped
-            else:  # Repairing: a pass repairs the problems the answer introduced; the Result has the answer kept
-                bar.report(f"repairing the answer (attempt {event.attempt})")
     finished = failure is None and result.stopped in FINISHED and not job.refused
     if finished and job.held and not job.closed:
-        job.problems = job.problems_of(result.text, result.to_json().get("problems", []))
+        job.problems = job.problems_of(result.text, result.problems)
         await write(ls, job, *job.diff_of(result.text, result.spans, final=True))
         finished = not job.refused
     if not finished and job.held and not job.closed:

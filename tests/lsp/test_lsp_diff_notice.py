@@ -4,24 +4,24 @@ problems on their hunk until it is decided; in process, without a model."""
 
 from __future__ import annotations
 
+from assistant.checks import Problem
 from assistant.engine.output import Span
 from assistant.lsp.rewrite import Rewrite
 
 DOCUMENT = "import os\n\ndef area(w, h):\n    return w * h\n\nprint(area(3, 4))\n"
 TARGET = (DOCUMENT.index("def"), DOCUMENT.index("\nprint"))  # the function
 OUTPUT = "def rectangle_area(w, h):\n    return w * h\n"
-PROBLEM = {"start": OUTPUT.index("rectangle_area"), "end": OUTPUT.index("("), "message": "renamed, but still called",
-           "code": "F821", "checker": "ruff"}
+PROBLEM = Problem("renamed, but still called", OUTPUT.index("rectangle_area"), OUTPUT.index("("), "F821", "ruff")
 
 
-def reviewed(problems: list[dict] = ()) -> Rewrite:
+def reviewed(problems: tuple[Problem, ...] = ()) -> Rewrite:
     """A finished rewrite of the function whose body was copied, its diff in the buffer."""
     job = Rewrite("file:///a.py", DOCUMENT, *TARGET, id="7")
     body = (OUTPUT.index("(w, h)"), len(OUTPUT))
     copied = [Span(body, (DOCUMENT.index("(w, h)"), DOCUMENT.index("(w, h)") + body[1] - body[0]))]
     diff, spans = job.diff_of(OUTPUT, copied, final=True)
     view = diff.view()
-    job.problems = job.problems_of(OUTPUT, list(problems))
+    job.problems = job.problems_of(OUTPUT, problems)
     job.wrote(diff, view, DOCUMENT[:job.start] + view.text + DOCUMENT[job.end:], spans)
     job.running = False
     return job
@@ -53,9 +53,9 @@ def test_code_lenses_decide_each_hunk_and_all_of_them():
 
 
 def test_problems_show_on_their_hunk_until_it_is_decided():
-    job = reviewed([PROBLEM])
+    job = reviewed((PROBLEM,))
     (diagnostic,) = job.diagnostics()
-    assert (diagnostic.source, diagnostic.code, diagnostic.message) == ("assistant", "F821", PROBLEM["message"])
+    assert (diagnostic.source, diagnostic.code, diagnostic.message) == ("assistant", "F821", PROBLEM.message)
     assert (diagnostic.range.start.line, diagnostic.range.start.character) == (3, 4)
     assert diagnostic.range.end.character == 4 + len("rectangle_area")
     job.diff = job.diff.decide([0], True)
@@ -65,6 +65,6 @@ def test_problems_show_on_their_hunk_until_it_is_decided():
 
 
 def test_a_rewrite_whose_lines_were_edited_shows_nothing():
-    job = reviewed([PROBLEM])
+    job = reviewed((PROBLEM,))
     job.follow(job.known.replace("rectangle_area", "rect"))
     assert job.diff_notice(5)["hunks"] == [] and job.code_lenses() == [] and job.diagnostics() == []
