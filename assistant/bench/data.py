@@ -4,7 +4,10 @@
 
 The `fix` task (HumanEvalFix Python, "Fix bugs in NAME.") is already a development split of its
 set and carries each task's tests, so that the bench can check whether a rewrite is correct; all
-its records are `eval` records."""
+its records are `eval` records. So are those of the `preserve` task (`preserve.py`): standard-library
+modules to rewrite without changing what they do, each checked by CPython's own tests of it; a
+module's instructions are taken in a turn of their own (the first module's from the first, the
+second's from the second...), so that a small sample spans both modules and instructions."""
 
 from __future__ import annotations
 
@@ -13,12 +16,15 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from assistant.bench import preserve
+
 FOLDER = Path(__file__).parent / "benchdata"
 EDIT_TASKS = {"code-edit": "code_edit.jsonl", "text-edit": "text_edit.jsonl"}
 SPEC_BENCH_TASKS = {"summarization": "summarization", "rag": "rag", "translation": "translation", "qa": "qa"}
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 FIX_TASK, FIX_FILE = "fix", "humanevalfix_python_dev.jsonl"
-TASKS = tuple(EDIT_TASKS) + (FIX_TASK,) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
+PRESERVE_TASK = "preserve"
+TASKS = tuple(EDIT_TASKS) + (FIX_TASK, PRESERVE_TASK) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
 
 
 class DataError(ValueError):
@@ -34,6 +40,9 @@ class Record:
     earlier_turns: tuple[str, ...] = field(default=())  # MT-Bench: turns the model answers first
     group: str = ""  # where the record comes from: the edit sets' source, Spec-Bench's category, the bug type
     tests: str = ""  # `fix`: Python that raises unless the rewritten document defines a correct function
+    language: str | None = None  # the LSP languageId the engine checks the answer as; None: unchecked
+    module: str = ""  # `preserve`: the standard-library module the document is
+    test_module: str = ""  # `preserve`: CPython's tests of it, run against the rewrite
 
     @property
     def is_edit(self) -> bool:
@@ -64,6 +73,8 @@ def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
                        for r in read_jsonl(folder / EDIT_TASKS[task])]
         elif task == FIX_TASK:
             return [fix_record(r) for r in read_jsonl(folder / FIX_FILE)] if split == "eval" else []
+        elif task == PRESERVE_TASK:
+            return preserve_records() if split == "eval" else []
         else:
             rows = read_jsonl(folder / "spec_bench_question.jsonl")
             categories = MT_BENCH if task == "mt-bench" else (SPEC_BENCH_TASKS[task],)
@@ -83,7 +94,22 @@ def fix_record(row: dict) -> Record:
     if not tests.rstrip().endswith(call):
         tests += f"\n\n{call}\n"
     return Record(row["task_id"], FIX_TASK, row["prompt"] + row["buggy_solution"], f"Fix bugs in {name}.",
-                  group=row["bug_type"], tests=tests)
+                  group=row["bug_type"], tests=tests, language="python")
+
+
+def preserve_records() -> list[Record]:
+    """The `preserve` records, grouped by module, each module's instructions turned to start at its own."""
+    try:
+        found = preserve.records()
+    except preserve.PreserveError as error:
+        raise DataError(str(error)) from error
+    by_module: dict[str, list[Record]] = {}
+    for r in found:
+        by_module.setdefault(r.module, []).append(Record(r.id, PRESERVE_TASK, r.source, r.instruction, group=r.module,
+                                                         language="python", module=r.module,
+                                                         test_module=r.test_module))
+    return [record for turn, records in enumerate(by_module.values())
+            for record in records[turn % len(records):] + records[:turn % len(records)]]
 
 
 def sample(records: list[Record], count: int) -> list[Record]:

@@ -21,9 +21,21 @@ Every answer runs to its end by default, with the output budget the front doors 
 says whether its answer was complete, and `--max-new-tokens N` cuts every answer at N instead.
 
 The `fix` task also measures edit quality: each output is run with its task's tests in a
-sandboxed process (`sandbox.py`), and the fix rate is reported beside the speed. `llama-cpp` is
-llama.cpp's plain greedy decoding (llama-cpp-python, optional) of the same GGUF, fed the engine's
-own prompt token ids, with the engine's thread count and its own prefill each time.
+sandboxed process (`sandbox.py`), and the fix rate is reported beside the speed. The `preserve` task
+(`preserve.py`) rewrites standard-library modules on instructions that must not change what they do
+and runs CPython's own tests of each against the answer: edits kept passing, broken, and broken ones
+the engine flagged (its check named a problem, or the answer did not finish, so no door delivers it
+as it is); it skips the prefix-reuse runs. `llama-cpp` is llama.cpp's plain greedy decoding
+(llama-cpp-python, optional) of the same GGUF, fed the engine's own prompt token ids, with the
+engine's thread count and its own prefill each time.
+
+The engine checks the answers of records in a known language (fix, preserve) and repairs what they
+broke, with its default number of repair passes; a strategy such as `pld+h@repairs=0` runs with
+another number (0: repair off). Each row says what the check found and what repair cost: the time of
+the repair passes (their checks included) against that of the answer without them. Every pass is
+exact, so an engine strategy's answer after repairs equals `ar`'s with the same repairs (`ar@repairs=N`
+is the reference of `X@repairs=N`); generators that do not repair (`hf-pld`, llama.cpp) are compared
+with `ar`'s first answer.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import sys
 import time
@@ -48,7 +61,7 @@ from rich.table import Table
 from transformers.generation.streamers import BaseStreamer
 
 from assistant import config
-from assistant.bench import busy, data, sandbox, step_costs
+from assistant.bench import busy, data, preserve, sandbox, step_costs
 from assistant.bench.attribution_quality import quality
 from assistant.engine.assistant import Delta, Result, RewriteError, result_of
 from assistant.engine.output import OutputText
@@ -64,6 +77,7 @@ MAX_DRAFT = 64
 PREFIX_REUSE = "prefix-reuse"  # rows of the cold/warm time-to-first-token measurement
 LLAMA_CPP = "llama-cpp"
 UNFINISHED = ("length", "cancelled")  # a Result's `stopped` for an answer that did not end by itself
+REPAIRS = re.compile(r"repairs=([0-9]+)")  # a strategy's variant with another number of repair passes
 
 
 class BenchError(ValueError):
@@ -96,9 +110,11 @@ def plan(args) -> Plan:
     strategies = split_list(args.strategies)
     for strategy in strategies:
         base, at, other = strategy.partition("@")
-        if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and other in weights.FORMATS):
+        if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
+                                               (other in weights.FORMATS or REPAIRS.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
-                             f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)})")
+                             f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
+                             f"or with another number of repair passes, such as pld+h@repairs=0")
     strategies = list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
     if args.samples < 1:
         raise BenchError("--samples must be at least 1")
@@ -133,6 +149,8 @@ class Run:
     first_token_seconds: float | None = None
     per_step: list[int] = field(default_factory=list)  # tokens gained per step
     token_spans: list = field(default_factory=list)
+    first_text: str | None = None  # the first answer, before any repair (None: `text`, nothing was repaired)
+    result: Result | None = None  # the engine's Result, with its check and repairs
 
 
 class Runner:
@@ -193,33 +211,38 @@ class Runner:
         return max_new_tokens or self.assistant.budget(prompt, record.document if record.is_edit else None)
 
     def with_weights(self, strategy: str):
-        """(assistant, engine strategy) for `strategy`, which may name other weights: `ar@float32`."""
+        """(assistant, engine strategy, repair passes or None) for `strategy`, which may name other weights,
+        `ar@float32`, or another number of repair passes, `ar@repairs=0`."""
         strategy, _, other = strategy.partition("@")
         if not other:
-            return self.assistant, strategy
+            return self.assistant, strategy, None
+        if repairs := REPAIRS.fullmatch(other):
+            return self.assistant, strategy, int(repairs.group(1))
         if other not in self.others:
             self.others[other] = self.load(other)
             self.others[other].measured_costs()
-        return self.others[other], strategy
+        return self.others[other], strategy, None
 
     def events(self, strategy: str, record: data.Record, max_new_tokens: int | None):
-        assistant, strategy = self.with_weights(strategy)
+        assistant, strategy, repairs = self.with_weights(strategy)
         if record.is_edit:
             return assistant.rewrite(record.document, record.instruction, strategy=strategy,
-                                     max_new_tokens=max_new_tokens)
+                                     max_new_tokens=max_new_tokens, language=record.language, repairs=repairs)
         return assistant.chat(record.document, history=self.history(record), strategy=strategy,
                               max_new_tokens=max_new_tokens)
 
     def engine(self, strategy: str, record: data.Record, max_new_tokens: int | None) -> Run:
-        per_step = []
+        per_step, first = [], ""  # first: the first answer, as streamed (a repair's steps are not)
         with closing(self.events(strategy, record, max_new_tokens)) as events:
             for event in events:
-                if isinstance(event, Delta) and event.new_tokens:  # new_tokens == 0: the final flush
-                    per_step.append(event.new_tokens)
+                if isinstance(event, Delta):
+                    first += event.text
+                    if event.new_tokens:  # new_tokens == 0: the final flush
+                        per_step.append(event.new_tokens)
                 if isinstance(event, Result):
                     stats = event.stats
                     return Run(event.text, stats.new_tokens, event.stopped not in UNFINISHED, stats.seconds,
-                               stats.steps, stats.first_token_seconds, per_step, event.token_spans)
+                               stats.steps, stats.first_token_seconds, per_step, event.token_spans, first, event)
         raise AssertionError("the engine ended without a result")
 
     def forward_costs(self, records: list[data.Record]) -> dict[str, dict]:
@@ -338,22 +361,59 @@ def peak_memory_mb(device) -> dict:
     return memory
 
 
+def expected(strategy: str, results: dict[str, Run]) -> str | None:
+    """The text `strategy`'s answer must equal: `ar`'s with the same weights and repairs (`ar@W` for a
+    strategy on other weights W), or `ar`'s first answer for one that is not repaired (`X@repairs=0`, and
+    the generators that do not repair); None where that did not run."""
+    base, _, other = strategy.partition("@")
+    reference = results.get(f"ar@{other}" if other else "ar")
+    if reference is None and other == "repairs=0":
+        reference = results.get("ar")
+    if reference is None:
+        return None
+    if base not in ENGINE_STRATEGIES or other == "repairs=0":
+        return reference.first_text if reference.first_text is not None else reference.text
+    return reference.text
+
+
+def checked(result: Result) -> dict:
+    """What the engine's check found in the answer delivered, and what repairing it cost."""
+    repairs = result.repairs
+    return {"checks": list(result.check.ran) if result.check else None, "problems": [p.message for p in result.problems],
+            "repairs": [repair.to_json() for repair in repairs], "repaired": any(repair.kept for repair in repairs),
+            "check_seconds": round(result.check_seconds, 4),
+            "repair_seconds": round(sum(repair.seconds for repair in repairs), 4),
+            "first_pass_seconds": round(result.stats.seconds - sum(repair.stats.seconds for repair in repairs), 4)}
+
+
+def preserved(record: data.Record, result: Run) -> dict:
+    """Whether the rewritten module still passes CPython's own tests (an unfinished answer does not), and
+    whether the engine flagged it: named a problem, or did not finish it."""
+    if result.complete:
+        outcome = preserve.run_tests(record.module, result.text, record.test_module)
+        passed, reason = outcome.passed, outcome.reason
+    else:
+        passed, reason = False, "incomplete: the answer did not finish"
+    named = bool(result.result is not None and result.result.problems)
+    return {"kept_passing": passed, "test_outcome": reason, "flagged": named or not result.complete}
+
+
 def measure(runner: Runner, strategy: str, record: data.Record, results: dict[str, Run]) -> tuple[dict, Run]:
-    """One row: the strategy's speed on the record against `ar`'s, and whether its output is `ar`'s with
-    the same weights (`ar@W` for a strategy on other weights W)."""
+    """One row: the strategy's speed on the record against `ar`'s, and whether its output is the one it
+    must equal (`expected`)."""
     device = runner.assistant.loaded.device
     reset_peak_memory(device)
     result = runner.run(strategy, record)
     reference = results.get("ar")
-    same_weights = results.get("ar@" + strategy.partition("@")[2]) if "@" in strategy else reference
+    must_equal = expected(strategy, results)
     row = {"task": record.task, "id": record.id, "strategy": strategy, "new_tokens": result.new_tokens,
            "seconds": round(result.seconds, 4),
            "tokens_per_second": round(result.new_tokens / result.seconds, 3) if result.seconds else None,
            "complete": result.complete, "steps": result.steps, "first_token_seconds": result.first_token_seconds,
            "per_step": result.per_step,
            # ar is the reference itself; None where ar did not run on these weights: nothing is claimed
-           "exact_match": (True if strategy.partition("@")[0] == "ar" else None if same_weights is None
-                           else result.text == same_weights.text), **peak_memory_mb(device),
+           "exact_match": (True if strategy.partition("@")[0] == "ar" else None if must_equal is None
+                           else result.text == must_equal), **peak_memory_mb(device),
            "text": result.text}  # kept so that a mismatch with ar can be inspected afterwards
     if reference is not None and reference.seconds and result.seconds and reference.new_tokens:
         row["speedup"] = round((result.new_tokens / result.seconds) / (reference.new_tokens / reference.seconds), 4)
@@ -362,6 +422,10 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
     if record.tests:
         outcome = sandbox.run_python(f"{result.text}\n\n{record.tests}")
         row["fixed"], row["test_outcome"] = outcome.passed, outcome.reason
+    if result.result is not None and record.language is not None:
+        row |= checked(result.result)
+    if record.test_module:
+        row |= preserved(record, result)
     if strategy.partition("@")[0] in ENGINE_STRATEGIES:
         q = quality(record.document, result.text, result.token_spans)
         row["attribution"] = {"kept": q.kept, "kept_attributed": q.kept_attributed, "attributed": q.attributed,
@@ -449,8 +513,30 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
                 if any("attribution" in r for r in mine) else None,
                 "attribution_precision": ratio(pooled["correct"], pooled["attributed"])
                 if any("attribution" in r for r in mine) else None,
+                **summarize_checks(mine),
             })
     return summary
+
+
+def summarize_checks(mine: list[dict]) -> dict:
+    """The preserve task's edits kept passing, broken, and broken but flagged (and good ones flagged:
+    false alarms, unfinished ones among them); the answers repaired, and the time repair added to the
+    answers it touched (repair passes against the rest of their time) and the check to clean ones."""
+    tested = [r for r in mine if "kept_passing" in r]
+    broken = [r for r in tested if not r["kept_passing"]]
+    checked_rows = [r for r in mine if "checks" in r]
+    touched = [r for r in checked_rows if r["repairs"]]
+    clean = [r for r in checked_rows if not r["repairs"] and not r["problems"]]
+
+    def share(rows: list[dict], key: str) -> float | None:
+        return ratio(sum(r[key] for r in rows), sum(r["first_pass_seconds"] + r["check_seconds"] for r in rows))
+    return {"kept": len(tested) - len(broken) if tested else None, "broken": len(broken) if tested else None,
+            "flagged": sum(r["flagged"] for r in broken) if tested else None,
+            "false_alarms": sum(r["flagged"] for r in tested if r["kept_passing"]) if tested else None,
+            "incomplete": sum(not r["complete"] for r in tested) if tested else None,
+            "repaired": sum(r["repaired"] for r in checked_rows) if checked_rows else None,
+            "repair_passes": sum(len(r["repairs"]) for r in checked_rows) if checked_rows else None,
+            "repair_share": share(touched, "repair_seconds"), "check_share": share(clean, "check_seconds")}
 
 
 def summarize_prefix_reuse(rows: list[dict], tasks: list[str], results: list[dict]) -> list[dict]:
@@ -506,6 +592,12 @@ COLUMNS = (  # name, the summary key an optional column shows only when some ent
     ("complete", None, lambda s: fmt(s["complete"], ".0%")),
     ("fix rate", "fix_rate",
      lambda s: f"{s['fix_rate']:.0%} ({s['fixed']}/{s['fix_tried']})" if s["fix_tried"] else "n/a"),
+    ("tests kept", "kept", lambda s: "n/a" if s["kept"] is None else f"{s['kept']}/{s['kept'] + s['broken']}"),
+    ("broken (flagged)", "broken", lambda s: "n/a" if s["broken"] is None else f"{s['broken']} ({s['flagged']})"),
+    ("repaired", "repaired",
+     lambda s: "n/a" if s["repaired"] is None else f"{s['repaired']} ({s['repair_passes']} passes)"),
+    ("repair time", "repair_share", lambda s: fmt(s["repair_share"], ".0%")),
+    ("check time", "check_share", lambda s: fmt(s["check_share"], ".1%")),
     ("first token", None, lambda s: fmt(s["first_token_seconds"], ".3f", "s")),
     ("max RSS", None, lambda s: fmt(s["max_rss_mb"], ".0f", " MB")),
     ("CUDA peak", "cuda_peak_mb", lambda s: fmt(s["cuda_peak_mb"], ".0f", " MB")),
@@ -627,7 +719,7 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
     plan_.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(assistant, plan_.max_new_tokens, model, load)
     env = environment(assistant, plan_.max_new_tokens) | {"busy": plan_.busy}
-    if data.FIX_TASK in plan_.tasks:  # how the sandbox that runs the tests cut the network off
+    if {data.FIX_TASK, data.PRESERVE_TASK} & set(plan_.tasks):  # how the sandbox that runs tests cut the network
         env["sandbox_network"] = "unshare -n" if sandbox.network_namespace() else "socket guard"
     rows: list[dict] = []
     costs: dict[str, dict] = {}
@@ -663,7 +755,7 @@ def run(plan_: Plan, assistant, model: str, load) -> bool:
                         jsonl.write(json.dumps(rows[-1]) + "\n")
                         jsonl.flush()
                     progress.advance(bar)
-                if record.is_edit and results:
+                if record.is_edit and results and record.task != data.PRESERVE_TASK:
                     progress.update(bar, description=f"{record.task} {record.id[:24]} {PREFIX_REUSE}")
                     rows.append(prefix_reuse(runner, record, results.get("ar")))
                     jsonl.write(json.dumps(rows[-1]) + "\n")

@@ -21,7 +21,9 @@ def register(commands) -> None:
     parser.add_argument("--tasks", default=",".join(runner.DEFAULT_TASKS),
                         help=f"comma-separated: {', '.join(data.TASKS)}")
     parser.add_argument("--strategies", default=",".join(runner.DEFAULT_STRATEGIES),
-                        help=f"comma-separated: {', '.join(runner.STRATEGIES)} (ar always runs: it is the reference)")
+                        help=f"comma-separated: {', '.join(runner.STRATEGIES)} (ar always runs: it is the reference); "
+                             "an engine strategy may name other weights (pld+h@float32) or another number of "
+                             "repair passes (pld+h@repairs=0: repair off)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
     parser.add_argument("--max-new-tokens", type=int,
                         help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
