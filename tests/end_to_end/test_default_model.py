@@ -1,8 +1,9 @@
 """The default model, end to end: `assistant rewrite` on Qwen2.5-Coder-1.5B with the weights `auto` picks
 here, fixing a real bug, checked by running the fixed code.
 
-The one test of the suite that loads the default model (a first run converts it once, a minute or
-two); every other test runs on smollm2-135m, whose skill does not matter to what they check.
+With test_default_model_exit.py, the tests of the suite that load the default model (a first run converts
+it once, a minute or two); every other test runs on smollm2-135m, whose skill does not matter to what
+they check.
 """
 
 from __future__ import annotations

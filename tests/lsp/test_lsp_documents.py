@@ -24,12 +24,12 @@ ENCODINGS = tuple(CODECS)
 ODD = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")  # str.splitlines breaks at each
 BREAKS = ("\n", "\r\n", "\r")
 TYPED = ODD + BREAKS + ("x", "é", "😀", "def f():\n    pass\n")
-TEXTS = {name: text for name, text in (
-    ("form feed", "import os\x0c\ndef a():\n\x0c    return 1\n"),
-    ("separators", "x = 1\u2028y = 2\u2029z = 3\nw = 4\n"),
-    ("nel and controls", "a\x85b\x0bc\x1cd\x1de\x1ef\r\ng\rh\n"),
-    ("every break", "".join(f"line {i}{odd}{brk}" for i, (odd, brk) in enumerate(zip(ODD, BREAKS * 3)))),
-)}
+TEXTS = {
+    "form feed": "import os\x0c\ndef a():\n\x0c    return 1\n",
+    "separators": "x = 1\u2028y = 2\u2029z = 3\nw = 4\n",
+    "nel and controls": "a\x85b\x0bc\x1cd\x1de\x1ef\r\ng\rh\n",
+    "every break": "".join(f"line {i}{odd}{brk}" for i, (odd, brk) in enumerate(zip(ODD, BREAKS * 3))),
+}
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # a line and its break, or the last line without one
 
@@ -51,7 +51,8 @@ def splits_a_break(text: str, offset: int) -> bool:
 
 
 def edits(text: str, seed: int, count: int):
-    """`count` edits an editor could send for `text` as it changes: (range, new text, text after)."""
+    """Up to `count` edits an editor could send for `text` as it changes, none inside a "\\r\\n": the start and
+    end offsets of each, the text typed there, and the text after it."""
     rng = random.Random(seed)
     for _ in range(count):
         start, end = sorted(rng.randrange(len(text) + 1) for _ in range(2))
