@@ -32,7 +32,7 @@ import weakref
 from collections import deque
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -295,14 +295,7 @@ class Assistant:
         """
         check_request(request.document, request.instruction, request.selection)
         repairs = self.repairs if request.repairs is None else check_repairs(request.repairs)
-        edit = repair.Edit(request.document, request.instruction, request.selection, request.language,
-                           request.references)
-
-        def again(asked: repair.Edit) -> Iterator[Event]:
-            return self._passes(replace(request, document=asked.document, instruction=asked.instruction,
-                                        selection=asked.selection, references=asked.references), cancel)
-
-        return repair.checked(edit, self._passes(request, cancel), again, repairs, cancel)
+        return checked_passes(request, lambda asked: self._passes(asked, cancel), repairs, cancel)
 
     def _passes(self, request: Request, cancel: threading.Event | None) -> Iterator[Event]:
         """The answer to the request, unchecked: in one pass, or in pieces for a long text."""
@@ -427,6 +420,20 @@ class Assistant:
     def rewrite_text(self, document: str, instruction: str, **options) -> Result:
         """Run a rewrite to the end and return its Result."""
         return result_of(self.rewrite(document, instruction, **options))
+
+
+def checked_passes(request: Request, passes: Callable[[Request], Iterator[Event]], repairs: int,
+                   cancel: threading.Event | None) -> Iterator[Event]:
+    """The events of `passes(request)` (the answer, unchecked), then its Result checked in the request's
+    language and repaired with up to `repairs` further passes while problems remain (engine/repair.py)."""
+    edit = repair.Edit(request.document, request.instruction, request.selection, request.language,
+                       request.references)
+
+    def again(asked: repair.Edit) -> Iterator[Event]:
+        return passes(replace(request, document=asked.document, instruction=asked.instruction,
+                              selection=asked.selection, references=asked.references))
+
+    return repair.checked(edit, passes(request), again, repairs, cancel)
 
 
 def result_of(events: Iterator[Event]) -> Result:

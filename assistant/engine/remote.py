@@ -13,7 +13,8 @@ rewrite. Against `assistant serve` (it names itself as the owner in /v1/models) 
 the chosen strategy and attributes each token itself (j*). Against any other server this client plans
 long documents (token counts estimated from UTF-8 bytes, the context from /v1/models' `max_model_len`),
 takes the answer out of the code block the model replies with, and attributes it by alignment with
-the text it rewrote (`engine.alignment`). Checks and repairs are not run for remote engines.
+the text it rewrote (`engine.alignment`), and checks the answer and repairs it (repair passes are further
+requests) as the engine does.
 
 Invariant: a Result is made only from a stream that ended as the protocol ends it (`data: [DONE]`
 after a finish reason); a server that is down, refuses, stalls past `timeout`, sends an error or closes
@@ -33,17 +34,29 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from assistant.checks import Check, Problem
 from assistant.engine import long_documents
 from assistant.engine.alignment import copied_spans
 from assistant.engine.assistant import (
+    DEFAULT_REPAIRS,
     DEFAULT_STRATEGY,
     Request,
     RewriteError,
+    check_repairs,
     check_request,
     check_strategy,
+    checked_passes,
     result_of,
 )
-from assistant.engine.events import Delta, Event, Queued, Result, Stats
+from assistant.engine.events import (
+    Delta,
+    Event,
+    Queued,
+    Repair,
+    Repairing,
+    Result,
+    Stats,
+)
 from assistant.engine.output import (
     Span,
     closing_fence,
@@ -101,12 +114,18 @@ class RemoteAssistant:
         return result_of(self.rewrite(document, instruction, **options))
 
     def run(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """The rewrite as events; a bad request raises RewriteError here, before anything is sent."""
+        """The rewrite as events; a bad request raises RewriteError here, before anything is sent. assistant
+        serve checks and repairs the answer itself; for another server it is checked and repaired here."""
         check_request(request.document, request.instruction, request.selection)
         if request.strategy is not None:
             check_strategy(request.strategy)
+        repairs = DEFAULT_REPAIRS if request.repairs is None else check_repairs(request.repairs)
         if self.loaded.native:
             return self._one_pass(request, request.selection, cancel)
+        return checked_passes(request, lambda asked: self._passes(asked, cancel), repairs, cancel)
+
+    def _passes(self, request: Request, cancel: threading.Event | None) -> Iterator[Event]:
+        """The answer from another server, unchecked: in one pass, or in pieces planned here."""
         region = request.selection or (0, len(request.document))
         pieces = long_documents.plan(request.document, region, context_length=self.loaded.context_length,
                                      count_tokens=estimated_tokens,
@@ -151,7 +170,8 @@ class RemoteAssistant:
             body["assistant"] = {"document": request.document, "instruction": request.instruction,
                                  "selection": list(selection) if selection else None,
                                  "references": list(request.references), "strategy": request.strategy or self.strategy,
-                                 "max_piece_tokens": request.max_piece_tokens}
+                                 "max_piece_tokens": request.max_piece_tokens, "language": request.language,
+                                 "repairs": request.repairs}
             body |= {"max_tokens": request.max_new_tokens} if request.max_new_tokens else {}
         else:
             room = self.loaded.context_length - self._prompt_tokens(request, (start, end))
@@ -299,6 +319,9 @@ class NativeAnswer(Answer):
         extension = chunk.get("assistant") or {}
         if "queued" in extension:
             yield Queued(int(extension["queued"]))
+        if "repairing" in extension:
+            repairing = extension["repairing"]
+            yield Repairing(problems_of(repairing["problems"]), repairing["attempt"])
         for choice in chunk.get("choices") or []:
             text = (choice.get("delta") or {}).get("content") or ""
             if choice.get("finish_reason"):
@@ -318,9 +341,13 @@ class NativeAnswer(Answer):
         summary, text, tokens = self.summary, self.text, self.tokens
         if "text" in summary:  # a repair replaced the answer streamed
             text, tokens = summary["text"], [span_of(s) for s in summary.get("spans", [])]
+        check = summary.get("check")
         return Result(text, merge_spans(tokens), stats_of(summary.get("stats") or {}), stopped,
                       summary.get("model", model), summary.get("weights", RemoteAssistant.weights), tokens,
-                      [tuple(piece) for piece in summary.get("pieces", [])])
+                      [tuple(piece) for piece in summary.get("pieces", [])],
+                      None if check is None else Check(problems_of(check["problems"]), tuple(check["ran"]),
+                                                       tuple(check["notes"])),
+                      tuple(repair_of(repair) for repair in summary.get("repairs", [])))
 
 
 class PlainAnswer(Answer):
@@ -414,6 +441,16 @@ def span_of(span: dict) -> Span:
     """A Span from the extension field's JSON (its source in the document's offsets)."""
     source = span["source"]
     return Span(tuple(span["output"]), None if source is None else (source["start"], source["end"]))
+
+
+def problems_of(problems: list[dict]) -> tuple[Problem, ...]:
+    return tuple(Problem(p["message"], p["start"], p["end"], p["code"], p["checker"]) for p in problems)
+
+
+def repair_of(repair: dict) -> Repair:
+    """A repair pass from assistant serve's JSON (`serve.protocol.repair_json`)."""
+    return Repair(repair["attempt"], problems_of(repair["problems_before"]), problems_of(repair["problems_after"]),
+                  repair["kept"], stats_of(repair["stats"]), repair["seconds"])
 
 
 def stats_of(figures: dict) -> Stats:

@@ -40,8 +40,8 @@ from assistant.asgi import (
     Generations,
     GuardHostAndOrigin,
     cancel_on_disconnect,
-    load_error,
     lifespan,
+    load_error,
     loaded,
     model,
 )

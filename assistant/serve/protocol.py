@@ -17,7 +17,8 @@ losslessly: greedy output is the same whatever the strategy. Attribution travels
 `{"message": i, "start": c, "end": d}` (characters of messages[i].content), `{"document": ...}` or
 `{"prediction": ...}` likewise, or null for text the model wrote itself; `assistant.step` and
 `assistant.totals` are the decoding step's figures and the answer's so far. While a request waits for
-the model, chunks with `assistant.queued` say how many run before it.
+the model, chunks with `assistant.queued` say how many run before it; before a repair pass (a rewrite
+with `assistant.language`), a chunk with `assistant.repairing` names the problems it repairs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from assistant.engine.assistant import Assistant, Request, RewriteError, check_strategy
-from assistant.engine.events import Delta, Event, Queued, Result
+from assistant.engine.events import Delta, Event, Queued, Repair, Repairing, Result
 from assistant.engine.output import Span
 
 MAX_TEXT_CHARS = 400_000  # a message, the prediction, the document: each at most this
@@ -86,6 +87,8 @@ class Extension(BaseModel):
     selection: tuple[int, int] | None = Field(None, description="rewrite only these characters of `document`")
     references: list[str] = Field([], max_length=16, description="read-only texts that drafts may copy from")
     max_piece_tokens: int | None = Field(None, ge=1, description="split a long document into pieces this size")
+    language: str | None = Field(None, max_length=64, description="an LSP languageId to check the answer as")
+    repairs: int | None = Field(None, ge=0, le=4, description="repair passes at most; the server's when left out")
 
     @field_validator("strategy")
     @classmethod
@@ -180,7 +183,8 @@ def rewrite_job(assistant: Assistant, document: str, instruction: str, predictio
     references = tuple(extension.references) + ((prediction,) if prediction and prediction not in document else ())
     selection = tuple(extension.selection) if extension.selection else None
     request = Request(document, instruction, selection=selection, references=references,
-                      max_piece_tokens=extension.max_piece_tokens, **options)
+                      max_piece_tokens=extension.max_piece_tokens, language=extension.language,
+                      repairs=extension.repairs, **options)
 
     def start(cancel: threading.Event) -> Iterator[Event]:
         return assistant.run(request, cancel)
@@ -238,6 +242,9 @@ class Answer:
         """The streamed chunk of an engine event (None for one that shows nothing)."""
         if isinstance(event, Queued):
             return self.envelope(self.piece({}), True, {"queued": event.ahead})
+        if isinstance(event, Repairing):
+            return self.envelope(self.piece({}), True, {"repairing": {
+                "attempt": event.attempt, "problems": [problem.to_json() for problem in event.problems]}})
         if isinstance(event, Delta) and (event.text or event.tokens or event.new_tokens):
             self.text += event.text
             step = {"new_tokens": event.new_tokens, "drafted": event.drafted, "accepted": event.accepted,
@@ -274,7 +281,16 @@ def finish_reason(result: Result) -> str:
 def summary(result: Result) -> dict:
     """The engine's account of an answer, in the extension field: how it stopped and what it cost."""
     return {"stopped": result.stopped, "stats": result.stats.to_json(), "model": result.model,
-            "weights": result.weights, "pieces": [list(piece) for piece in result.pieces]}
+            "weights": result.weights, "pieces": [list(piece) for piece in result.pieces],
+            "check": None if result.check is None else result.check.to_json(),
+            "repairs": [repair_json(repair) for repair in result.repairs]}
+
+
+def repair_json(repair: Repair) -> dict:
+    """A repair pass, whole (a remote door rebuilds it): its problems before and after, and its figures."""
+    return {"attempt": repair.attempt, "kept": repair.kept, "seconds": round(repair.seconds, 4),
+            "stats": repair.stats.to_json(), "problems_before": [p.to_json() for p in repair.problems_before],
+            "problems_after": [p.to_json() for p in repair.problems_after]}
 
 
 def usage(result: Result, predicted: bool) -> dict:

@@ -63,17 +63,21 @@ def engine():
         server.wait(timeout=60)
 
 
-def test_rewrite_through_assistant_serve_is_the_local_rewrite(engine, tmp_path):
-    """Same text, attribution and pieces as in-process: the server plans and attributes as the engine does."""
-    path = tmp_path / "note.txt"
-    path.write_text(NOTE)
-    options = ("-i", "Fix the spelling mistakes.", "--json", "--max-piece-tokens", "24")  # pieces: the engine's plan
+@pytest.mark.parametrize("name, text, instruction", [("note.txt", NOTE, "Fix the spelling mistakes."),
+                                                       ("code.py", DOC, INSTRUCTION)])
+def test_rewrite_through_assistant_serve_is_the_local_rewrite(engine, tmp_path, name, text, instruction):
+    """Same text, attribution, pieces and problems as in-process: the server plans, attributes, checks and
+    repairs as the engine does (the file's language travels in the extension field)."""
+    path = tmp_path / name
+    path.write_text(text)
+    options = ("-i", instruction, "--json", "--max-piece-tokens", "24")  # pieces: the engine's plan
     local, remote = command("rewrite", str(path), *options), command("rewrite", str(path), *options, "--engine", engine)
-    assert local.returncode == 0 and remote.returncode == 0, remote.stderr
+    assert local.returncode == remote.returncode, remote.stderr
     here, there = json.loads(local.stdout), json.loads(remote.stdout)
     assert len(there["pieces"]) > 1
-    for key in ("text", "spans", "pieces", "stopped", "model"):
+    for key in ("text", "spans", "pieces", "stopped", "model", "problems"):
         assert there[key] == here[key], key
+    assert [r["kept"] for r in there["repairs"]] == [r["kept"] for r in here["repairs"]]
     assert there["stats"]["new_tokens"] == here["stats"]["new_tokens"]
 
 
@@ -169,6 +173,8 @@ def test_another_servers_answer_is_its_code_block_attributed_by_alignment(fake, 
     assert sum(b - a for a, b in (span.output for span in result.spans)) > 0.9 * len(NEW)  # nearly all copied
     body = fake.bodies[-1]
     assert body["prediction"] == {"type": "content", "content": DOC} and "assistant" not in body
+    checked = remote.rewrite_text(DOC, INSTRUCTION, language="python")  # checked here, as the engine checks
+    assert checked.text == NEW and checked.check.ran and not checked.problems
     assert DOC in body["messages"][-1]["content"] and INSTRUCTION in body["messages"][-1]["content"]
 
 
