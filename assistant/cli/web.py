@@ -41,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
 
 def bench_samples() -> tuple[Sample, ...]:
     """The first two code and text edits of the bench data, as the playground's samples."""
-    return tuple(Sample(id=record.id, task=task, instruction=record.instruction, document=record.document)
-                 for task in ("code-edit", "text-edit") for record in data.load(task)[:2])
+    return tuple(Sample(id=record.id, task=task, instruction=record.instruction, document=record.document,
+                        language=record.language) for task in ("code-edit", "text-edit") for record in data.load(task)[:2])

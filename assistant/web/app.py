@@ -24,9 +24,11 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import HTTPConnection
 
-from assistant import STRATEGIES, Assistant, Delta, Queued, Result, RewriteError, check_strategy
+from assistant import STRATEGIES, Assistant, Delta, Queued, Repairing, Result, RewriteError, check_strategy
 from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
                             lifespan, loaded, model)
+from assistant.checks import language_of
+from assistant.checks.syntax import GRAMMARS
 from assistant.connections import PingedWebSocketProtocol, ReapedH11Protocol
 from assistant.engine import aio
 
@@ -39,6 +41,7 @@ MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
 MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
 MAX_CONNECTIONS = 256  # open connections; past it the longest idle is closed, or uvicorn answers 503
 PING_SECONDS = 5.0  # a websocket is pinged this often, and dropped when its pong is this late
+CHECKED_LANGUAGES = ("python", *GRAMMARS)  # ruff for Python, tree-sitter's syntax for the rest
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
 
 
@@ -55,16 +58,39 @@ class RewriteRequest(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 decodes greedily")
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS,
                                        description="the most tokens to generate; about twice the document when left out")
+    language: str | None = Field(None, description="an LSP languageId (python, javascript, ...) to check the answer "
+                                                   "as, repairing the problems it introduced; left out: unchecked")
 
     @field_validator("strategy")
     @classmethod
     def known_strategy(cls, value: str | None) -> str | None:
         return value if value is None else check_strategy(value)  # RewriteError is a ValueError
 
+    @field_validator("language")
+    @classmethod
+    def checked_language(cls, value: str | None) -> str | None:
+        return value if value is None else language_of(value)  # an unknown one is unchecked, and the answer says so
+
 
 class SpanModel(BaseModel):
     output: tuple[int, int] = Field(description="character range in the output text")
     source: tuple[int, int] | None = Field(description="character range in the document it was copied from")
+
+
+class ProblemModel(BaseModel):
+    message: str
+    start: int = Field(description="where it starts in the output text (characters)")
+    end: int
+    code: str = Field(description="a ruff rule code (F821), syntax or changed-code")
+    checker: str
+    line: int = Field(description="the 0-based line of `start` in the output text")
+    character: int
+
+
+class ChecksModel(BaseModel):
+    ran: list[str] = Field(description="the checks that ran; none: the answer is unchecked")
+    notes: list[str] = Field(description="what could not be checked, and why")
+    seconds: float
 
 
 class RewriteResponse(BaseModel):
@@ -78,6 +104,9 @@ class RewriteResponse(BaseModel):
     strategy: str
     model: str = Field(description="the model asked for")
     weights: str = Field(description="the weight format it ran in (what `auto` chose)")
+    problems: list[ProblemModel] = Field(description="the problems the answer introduced, as checked")
+    checks: ChecksModel
+    repairs: list[dict] = Field(description="the repair passes: problems before and after, kept or not")
 
 
 class Health(BaseModel):
@@ -86,6 +115,7 @@ class Health(BaseModel):
     error: str | None
     strategies: list[str]
     default_strategy: str | None
+    languages: list[str] = Field(description="the languages an answer can be checked as")
 
 
 class Sample(BaseModel):
@@ -93,6 +123,7 @@ class Sample(BaseModel):
     task: str
     instruction: str
     document: str
+    language: str | None = Field(None, description="the language to check its answer as; none: prose")
 
 
 # ---------------------------------------------------------------- helpers
@@ -113,7 +144,7 @@ def validation_message(error: ValidationError) -> str:
 BUILT_IN_SAMPLES = (
     Sample(id="python-rename", task="code-edit", instruction="Rename the function `add` to `plus`.",
            document="def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n\n\n"
-                    "print(add(2, 3))\n"),
+                    "print(add(2, 3))\n", language="python"),
     Sample(id="email-polite", task="text-edit", instruction="Fix the spelling mistakes.",
            document="Hi Sam,\n\nThanks for the quick reply. I have attached the reprot you asked for; "
                     "the numbers for March are on page two.\n\nBest,\nAlex\n"),
@@ -155,6 +186,8 @@ def event_messages(event) -> list[dict]:
                              "accepted": event.accepted, "seconds": round(event.seconds, 5),
                              "totals": event.totals.to_json()})  # the engine's running figures, shown as they are
         return messages
+    if isinstance(event, Repairing):  # its offsets are in the answer streamed so far
+        return [{"type": "repairing", "attempt": event.attempt, "problems": [p.to_json() for p in event.problems]}]
     return []
 
 
@@ -189,7 +222,8 @@ async def invalid_request(request: Request, error: RequestValidationError) -> JS
 def rewrite_events(assistant, request: RewriteRequest, cancel: threading.Event):
     """The engine's events for one rewrite request."""
     return assistant.rewrite(request.document, request.instruction, strategy=request.strategy,
-                             temperature=request.temperature, max_new_tokens=request.max_new_tokens, cancel=cancel)
+                             temperature=request.temperature, max_new_tokens=request.max_new_tokens,
+                             language=request.language, cancel=cancel)
 
 
 # ---------------------------------------------------------------- the websocket's side
@@ -283,7 +317,8 @@ async def healthz(request: Request, model: Model) -> Health:
     """Whether the model has loaded (or why it could not). Runs on the event loop, never waiting for a thread."""
     assistant = model.loaded()
     return Health(model_loaded=assistant is not None, model=request.app.state.model_name, error=load_error(model),
-                  strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None))
+                  strategies=list(STRATEGIES), default_strategy=getattr(assistant, "strategy", None),
+                  languages=list(CHECKED_LANGUAGES))
 
 
 @router.get("/api/samples", response_model=list[Sample])

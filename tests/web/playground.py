@@ -14,7 +14,9 @@ from contextlib import contextmanager
 import httpx
 import uvicorn
 
+from assistant.checks import Check, Problem
 from assistant.engine.assistant import Delta, Queued, Result, Stats, TurnQueue, check_request
+from assistant.engine.events import Repairing
 from assistant.engine.output import Span, merge_spans
 from assistant.web.app import server_config
 
@@ -52,26 +54,30 @@ def wait_loaded(get) -> None:
 class FakeAssistant:
     """Copies the document back `chars` characters per step, every other piece attributed to where it came
     from (offsets in code points, as the engine's); one generation at a time, in arrival order, through the
-    engine's own TurnQueue. `fail_after` steps it raises, as a broken engine would."""
+    engine's own TurnQueue. `fail_after` steps it raises, as a broken engine would. Asked for a `language`,
+    it checks the answer as the engine does: it finds `problems` (offsets in the answer) and, when there
+    are some, announces a repair pass (`Repairing`) that lasts until `repaired` is set, and keeps them."""
 
     strategy = "pld"
 
-    def __init__(self, chars: int = 4, step_seconds: float = 0.01, fail_after: int | None = None):
-        self.chars, self.step_seconds, self.fail_after = chars, step_seconds, fail_after
+    def __init__(self, chars: int = 4, step_seconds: float = 0.01, fail_after: int | None = None,
+                 problems: tuple[Problem, ...] = ()):
+        self.chars, self.step_seconds, self.fail_after, self.problems = chars, step_seconds, fail_after, problems
+        self.repaired = threading.Event()
         self.turns = TurnQueue()
         self.lock = threading.Lock()
         self.running = 0  # generations started and not yet ended
         self.stopped: list[str] = []  # how each generation ended, in order
 
     def rewrite(self, document: str, instruction: str, *, strategy=None, temperature=0.0, max_new_tokens=None,
-                cancel: threading.Event | None = None):
+                language=None, cancel: threading.Event | None = None):
         check_request(document, instruction, None)
-        return self._run(document, max_new_tokens or 10_000, cancel)
+        return self._run(document, max_new_tokens or 10_000, cancel, language)
 
     def close(self) -> None:  # no background work to stop
         pass
 
-    def _run(self, document: str, max_steps: int, cancel: threading.Event | None):
+    def _run(self, document: str, max_steps: int, cancel: threading.Event | None, language: str | None = None):
         ticket = object()
         with self.lock:
             self.running += 1
@@ -96,13 +102,22 @@ class FakeAssistant:
                     break
             text = document[:spans[-1].output[1]] if spans else ""
             stats = Stats(len(spans), len(spans), self.step_seconds * len(spans), 10, len(spans), 0, 0.0)
-            yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans)
+            check = self._check(language) if stopped == "eos" else None
+            if check is not None and check.problems:
+                yield Repairing(check.problems, 1)
+                self.repaired.wait(timeout=60)
+            yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans, check=check)
         finally:
             time.sleep(self.step_seconds)  # like the engine, it takes a moment to let go after its Result
             self.turns.leave(ticket)
             with self.lock:
                 self.running -= 1
                 self.stopped.append(stopped)
+
+    def _check(self, language: str | None) -> Check:
+        if language is None:
+            return Check(notes=("unchecked: prose or an unknown language",))
+        return Check(self.problems, ran=("fake",))
 
 
 async def receive(ws) -> dict:

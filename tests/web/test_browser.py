@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from playground import FakeAssistant, serve
 
+from assistant.checks import Problem
 from assistant.web.app import create_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -192,3 +193,42 @@ def test_samples_arriving_late_never_replace_what_the_user_typed(fake_url, brows
         assert page.input_value("#instruction") == "Copy it."
     finally:
         page.close()
+
+
+def test_page_shows_the_problems_an_answer_kept_each_linked_to_its_line(browser):
+    """Checked as Python, the answer announces a repair pass ("repairing"), then keeps a problem on its second
+    line: listed beside the output, a click lights up that line. Unchecked, the page says so."""
+    from playwright.sync_api import expect
+
+    document = "def add(a, b):\n    return plus(a, b)\n"
+    problem = Problem("undefined name `plus`", 26, 30, "F821", "ruff")
+    fake = FakeAssistant(chars=5, step_seconds=0.0, problems=(problem,))
+    with serve(create_app(lambda: fake, "fake")) as address:
+        page = browser.new_page()
+        try:
+            page.goto(f"http://{address}/")
+            expect(page.locator("#run")).to_be_enabled(timeout=60_000)
+            page.fill("#document", document)
+            page.fill("#instruction", "Copy it.")
+            page.select_option("#language", "python")
+            page.click("#run")
+            expect(page.locator("#checks-summary")).to_contain_text("repairing", timeout=60_000)
+            fake.repaired.set()
+            expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
+            expect(page.locator("#checks-summary")).to_have_text("checked (fake): 1 problem left")
+            listed = page.locator("#problems button")
+            expect(listed).to_have_count(1)
+            expect(listed).to_have_text("line 2: undefined name `plus` [F821]")
+            listed.click()
+            lit = page.locator("#output .problem-line")
+            expect(lit.first).to_be_visible()
+            assert "".join(lit.all_text_contents()) == "    return plus(a, b)\n"
+            assert "".join(page.locator("#output span").all_text_contents()) == document
+
+            page.select_option("#language", "")
+            page.click("#run")
+            expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
+            expect(page.locator("#checks-summary")).to_have_text("unchecked: prose or an unknown language")
+            expect(page.locator("#problems button")).to_have_count(0)
+        finally:
+            page.close()

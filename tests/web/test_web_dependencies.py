@@ -38,8 +38,9 @@ def test_while_the_model_loads_requests_are_told_to_wait():
     gate = threading.Event()
     try:
         with TestClient(create_app(gate.wait, "slow")) as client:
-            assert client.get("/healthz").json() | {"strategies": []} == {
-                "model_loaded": False, "model": "slow", "error": None, "strategies": [], "default_strategy": None}
+            assert client.get("/healthz").json() | {"strategies": [], "languages": []} == {
+                "model_loaded": False, "model": "slow", "error": None, "strategies": [], "default_strategy": None,
+                "languages": []}
             answer = client.post("/api/rewrite", json=RUN)
             assert answer.status_code == 503 and "still loading" in answer.json()["detail"]
             with client.websocket_connect("/ws/rewrite") as ws:

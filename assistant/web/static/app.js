@@ -8,6 +8,7 @@ const els = {
   maxTokens: $("max-tokens"), compare: $("compare"), run: $("run"), stop: $("stop"), status: $("status"),
   output: $("output"), diff: $("diff"), chart: $("chart"), compareResult: $("compare-result"),
   modelStatus: $("model-status"), modelText: $("model-text"), unfinished: $("unfinished"),
+  language: $("language"), checks: $("checks"), checksSummary: $("checks-summary"), problems: $("problems"),
 };
 
 let samples = [];
@@ -29,6 +30,9 @@ async function pollHealth() {
     const health = await (await fetch("/healthz")).json();
     if (!els.strategy.options.length) {
       for (const s of health.strategies) els.strategy.add(new Option(s, s));
+    }
+    if (els.language.options.length === 1) {
+      for (const language of health.languages) els.language.add(new Option(language, language));
     }
     if (health.model_loaded) {
       els.modelStatus.className = "model-status ready";
@@ -60,6 +64,7 @@ function pickSample(i) {
   els.sample.value = String(i);
   els.doc.value = s.document;
   els.instruction.value = s.instruction;
+  els.language.value = s.language || "";
   showEditor();
 }
 
@@ -111,8 +116,10 @@ function next() {
   };
   const max = parseInt(els.maxTokens.value, 10);
   if (max > 0) request.max_new_tokens = max;
+  if (els.language.value) request.language = els.language.value;
   run = { document: request.document, strategy, text: "", chars: [], tokens: [], steps: [], rendered: 0 };
   markUnfinished(null);
+  hideChecks();
   els.output.textContent = "";
   els.diff.textContent = "";
   renderSourceView([]);
@@ -162,6 +169,8 @@ function onMessage(msg) {
     run.steps.push(msg);
     updateFigures(msg.totals);
     drawChart();
+  } else if (msg.type === "repairing") {
+    showRepairing(msg);
   } else if (msg.type === "done") {
     onDone(msg);
   } else if (msg.type === "error") {
@@ -174,6 +183,7 @@ function onDone(msg) {
   run.chars = codePoints(msg.text);
   markUnfinished(msg.complete ? null : msg.reason);
   renderOutput(run.chars, msg.spans);
+  showChecks(msg);
   renderSourceView(msg.spans);
   renderDiff(run.document, msg.text);
   updateFigures(msg.stats);
@@ -204,6 +214,59 @@ function showCompare() {
   els.compareResult.classList.remove("hidden");
 }
 
+// ------------------------------------------------------------------ what the check found
+
+function hideChecks() {
+  els.checks.className = "checks hidden";
+  els.checksSummary.textContent = "";
+  els.problems.textContent = "";
+}
+
+// A repair pass runs: its steps are not streamed, and the answer shown is the one being repaired.
+function showRepairing(msg) {
+  const n = msg.problems.length;
+  els.checks.className = "checks repairing problems-found";
+  els.checksSummary.textContent = `repairing: the answer introduced ${n} problem${n === 1 ? "" : "s"} (pass ${msg.attempt})`;
+  els.problems.textContent = "";
+  setStatus(`Repairing ${n} problem${n === 1 ? "" : "s"} (pass ${msg.attempt})…`);
+}
+
+// The problems the answer kept, each a link to its line in the output; or why it was not checked.
+function showChecks(msg) {
+  const problems = msg.problems || [], checks = msg.checks || { ran: [], notes: [] };
+  const kept = (msg.repairs || []).filter((r) => r.kept).length;
+  const n = problems.length;
+  els.checks.className = n ? "checks problems-found" : "checks";
+  els.problems.textContent = "";
+  if (!checks.ran.length) {
+    const why = checks.notes.map((note) => note.replace(/^unchecked: /, "")).join("; ");
+    els.checksSummary.textContent = why ? `unchecked: ${why}` : "unchecked";
+    return;
+  }
+  const repaired = kept ? `, repaired (${kept} pass${kept === 1 ? "" : "es"} kept)` : "";
+  els.checksSummary.textContent = `checked (${checks.ran.join(", ")})${repaired}: ` +
+    (n ? `${n} problem${n === 1 ? "" : "s"} left` : "no problems");
+  for (const p of problems) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "problem";
+    button.dataset.line = p.line;
+    button.textContent = `line ${p.line + 1}: ${p.message} [${p.code}]`;
+    button.addEventListener("click", () => showLine(p.line));
+    const item = document.createElement("li");
+    item.append(button);
+    els.problems.append(item);
+  }
+}
+
+function showLine(line) {
+  document.querySelector(".tab[data-tab=output]").click();
+  els.output.querySelectorAll(".problem-line").forEach((e) => e.classList.remove("problem-line"));
+  const spans = els.output.querySelectorAll(`span[data-line="${line}"]`);
+  spans.forEach((e) => e.classList.add("problem-line"));
+  if (spans.length) spans[0].scrollIntoView({ block: "center" });
+}
+
 // ------------------------------------------------------------------ output and attribution
 
 function piece(text, source) {
@@ -231,17 +294,30 @@ function appendTokens(tokens) {
   els.output.scrollTop = els.output.scrollHeight;
 }
 
+// The whole answer, its pieces cut after each line break so that a line can be lit up (data-line, 0-based).
 function renderOutput(chars, spans) {
   els.output.textContent = "";
-  let at = 0;
+  let at = 0, line = 0;
   const frag = document.createDocumentFragment();
+  const add = (a, b, source) => {  // a copied piece's source range moves with it: the same characters
+    for (let start = a; start < b;) {
+      let end = start;
+      while (end < b && chars[end] !== "\n") end++;
+      end = Math.min(b, end + 1);
+      const span = piece(slice(chars, start, end), source && [source[0] + start - a, source[0] + end - a]);
+      span.dataset.line = line;
+      if (chars[end - 1] === "\n") line++;
+      frag.append(span);
+      start = end;
+    }
+  };
   for (const s of spans) {
     const [a, b] = s.output;
-    if (a > at) frag.append(piece(slice(chars, at, a), null));
-    frag.append(piece(slice(chars, a, b), s.source));
+    if (a > at) add(at, a, null);
+    add(a, b, s.source);
     at = b;
   }
-  if (at < chars.length) frag.append(piece(slice(chars, at, chars.length), null));
+  if (at < chars.length) add(at, chars.length, null);
   els.output.append(frag);
 }
 
