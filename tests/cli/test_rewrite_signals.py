@@ -14,6 +14,7 @@ import sys
 import pytest
 
 TEXT = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(40))
+INTERRUPTED = "assistant rewrite: interrupted; the file being rewritten was left as it was\n"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -35,6 +36,5 @@ def test_a_signal_while_the_answer_streams_ends_the_command_cleanly(tmp_path, si
     finally:
         process.kill()
         os.close(terminal)
-    assert (process.returncode, errors) == (130, "assistant rewrite: interrupted; the file being rewritten was left "
-                                                 "as it was\n")
+    assert (process.returncode, errors) == (130, INTERRUPTED)
     assert path.read_text() == TEXT
