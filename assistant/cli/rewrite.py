@@ -351,14 +351,16 @@ def summary(result, steps: list) -> str:
     """Closing line: share copied, speed, mean accepted and an estimated speedup over plain decoding.
 
     Plain decoding takes one step per token; a step here that drafted nothing is such a plain step,
-    so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent."""
+    so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent. `steps`
+    are the streamed pass's; the figures before it cover every pass, repairs included."""
     stats = result.stats
     plain = [seconds for drafted, seconds in steps if drafted == 0]
     spent = sum(seconds for _, seconds in steps)
+    streamed = stats.new_tokens - sum(repair.stats.new_tokens for repair in result.repairs)
     line = (f"{result.copied_share:.0%} of the text copied from the file, {stats.new_tokens} tokens in {stats.steps} steps, "
             f"{stats.tokens_per_second:.1f} tokens/s, {stats.mean_accepted:.2f} tokens/step")
     if plain and spent:
-        speedup = stats.new_tokens * (sum(plain) / len(plain)) / spent
+        speedup = streamed * (sum(plain) / len(plain)) / spent
         line += (f"; ~{speedup:.1f}x faster than plain decoding (one step per token, "
                  f"priced at the mean time of this run's undrafted steps)")
     elif stats.steps:

@@ -291,9 +291,10 @@ def test_json_problems_are_in_the_offsets_of_its_text(tmp_path, capsys):
 
 def test_the_summary_names_repairs_and_problems_left_or_unchecked():
     repair = Repair(1, (Problem("Undefined name `Num`", 0, 3, "F821", "ruff"),) * 4, (), True,
-                    Stats(20, 8, 1.0, 10, 12, 10, 0.1), 1.2)
-    assert summary(with_problems(repairs=(repair,)), []).endswith(
-        "; checked (ruff, structure), 1 repair passes (1 kept): 3 problems left")
+                    Stats(5, 2, 0.3, 10, 4, 3, 0.1), 0.4)
+    line = summary(with_problems(repairs=(repair,)), [(0, 0.1), (4, 0.2)])  # the streamed pass's steps
+    assert line.endswith("; checked (ruff, structure), 1 repair passes (1 kept): 3 problems left")
+    assert "20 tokens in 8 steps" in line and "~5.0x faster" in line  # the 15 tokens streamed, in 0.3 s
     clean = with_problems("def add(a: int, b: int) -> int:\n    return a + b\n")
     assert summary(clean, []).endswith("; checked (ruff, structure): no problems left")
     prose = Result("Hello.\n", [], clean.stats, "eos", "m", "float32",
