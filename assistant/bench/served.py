@@ -23,15 +23,19 @@ import time
 from assistant.bench import data
 from assistant.bench.attribution_quality import attributed_sources
 from assistant.engine.alignment import copied_spans
-from assistant.engine.remote import RemoteAssistant
+from assistant.engine.remote import RemoteAssistant, RemoteError
 
 SIZE = (400, 1200)  # characters of a document measured
 
 
 def timed(remote: RemoteAssistant, record: data.Record, strategy: str | None) -> dict:
+    """One request's answer and figures; a server that failed it is noted, and the run goes on."""
     options = {"strategy": strategy} if strategy else {}
     started = time.perf_counter()
-    result = remote.rewrite_text(record.document, record.instruction, **options)
+    try:
+        result = remote.rewrite_text(record.document, record.instruction, **options)
+    except RemoteError as error:
+        return {"error": str(error)}
     seconds = time.perf_counter() - started
     return {"text": result.text, "seconds": seconds, "stopped": result.stopped, "new_tokens": result.stats.new_tokens,
             "accepted": result.stats.accepted, "drafted": result.stats.drafted, "spans": result.spans}
@@ -57,8 +61,13 @@ def run(serve: str, vllm: str | None, records: list[data.Record]) -> dict:
         row = {"id": record.id, "task": record.task}
         for label, (remote, strategy) in servers.items():
             row[label] = timed(remote, record, strategy)
-            print(record.id, label, f"{row[label]['seconds']:.2f} s", row[label]["new_tokens"], "tokens", flush=True)
+            print(record.id, label, row[label].get("error") or
+                  f"{row[label]['seconds']:.2f} s, {row[label]['new_tokens']} tokens, "
+                  f"{row[label]['accepted']} accepted", flush=True)
+        if any("error" in row[label] for label in ("serve:pld+h", "serve:ar")):
+            continue
         row["same_text"] = row["serve:pld+h"]["text"] == row["serve:ar"]["text"]
+        print(record.id, "same text" if row["same_text"] else "TEXTS DIFFER", flush=True)
         counts = [a + b for a, b in zip(counts, agreement(record.document, row["serve:pld+h"]["text"],
                                                             row["serve:pld+h"]["spans"]))]
         rows.append(row)
@@ -67,7 +76,11 @@ def run(serve: str, vllm: str | None, records: list[data.Record]) -> dict:
 
 
 def totals(rows: list[dict], labels: list[str]) -> dict:
-    out = {}
+    """Over the records every server answered."""
+    rows = [row for row in rows if not any("error" in row[label] for label in labels)]
+    out = {"records": len(rows)}
+    if not rows:
+        return out
     for label in labels:
         seconds = sum(row[label]["seconds"] for row in rows)
         tokens = sum(row[label]["new_tokens"] for row in rows)
@@ -96,9 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records = [record for task in args.tasks.split(",") for record in sized(data.load(task))[:args.samples]]
     report = run(args.serve, args.vllm, records)
-    for row in report["rows"]:
-        print(row["id"], {label: round(value["seconds"], 2) for label, value in row.items() if isinstance(value, dict)},
-              "same text" if row["same_text"] else "TEXTS DIFFER")
     print(json.dumps({"totals": report["totals"], "client_attribution": report["client_attribution"]}, indent=2))
     return 0
 
