@@ -5,9 +5,11 @@
 The `fix` task (HumanEvalFix Python, "Fix bugs in NAME.") is already a development split of its
 set and carries each task's tests, so that the bench can check whether a rewrite is correct; all
 its records are `eval` records. So are those of the `preserve` task (`preserve.py`): standard-library
-modules to rewrite without changing what they do, each checked by CPython's own tests of it; a
-module's instructions are taken in a turn of their own (the first module's from the first, the
-second's from the second...), so that a small sample spans both modules and instructions."""
+modules to rewrite without changing what they do, each checked by CPython's own tests of it. Its
+modules come shortest first (a whole module is rewritten, several times over with `ar` and repairs,
+so a small sample stays affordable), and a module's instructions are taken in a turn of their own
+(the first module's from the first, the second's from the second...), so that a small sample spans
+both modules and instructions."""
 
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ def fix_record(row: dict) -> Record:
 
 
 def preserve_records() -> list[Record]:
-    """The `preserve` records, grouped by module, each module's instructions turned to start at its own."""
+    """The `preserve` records, grouped by module, shortest module first, each module's instructions turned
+    to start at its own."""
     try:
         found = preserve.records()
     except preserve.PreserveError as error:
@@ -108,7 +111,8 @@ def preserve_records() -> list[Record]:
         by_module.setdefault(r.module, []).append(Record(r.id, PRESERVE_TASK, r.source, r.instruction, group=r.module,
                                                          language="python", module=r.module,
                                                          test_module=r.test_module))
-    return [record for turn, records in enumerate(by_module.values())
+    modules = sorted(by_module.values(), key=lambda records: len(records[0].document))
+    return [record for turn, records in enumerate(modules)
             for record in records[turn % len(records):] + records[:turn % len(records)]]
 
 

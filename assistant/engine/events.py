@@ -76,7 +76,7 @@ class Repairing:
 @dataclass(frozen=True)
 class Repair:
     """One repair pass: the problems of the answer it repaired and of its own answer (offsets in each),
-    whether its answer was kept (it finished with no more problems than before), and its cost."""
+    whether its answer was kept (it finished with fewer problems than before), and its cost."""
 
     attempt: int
     problems_before: tuple[Problem, ...]

@@ -7,9 +7,10 @@ given in offsets of the answer (those outside the rewritten range at its nearer 
 problems remain and repairs are allowed, a repair pass rewrites the answer itself (so drafts copy
 from it) on the original instruction followed by the problems, line by line; when some problem is
 code the edit changed, the text before the edit is shown beside it, read-only, to restore from. Each
-repaired answer is checked against the original document again; one that did not finish, or that
-has more problems than the answer it repaired, is dropped, and repairing stops there (under greedy
-decoding the same prompt would give the same answer again), as it does when a repair changed nothing.
+repaired answer is checked against the original document again and kept only if it finished with
+fewer problems than the answer it repaired; otherwise it is dropped and repairing stops there (a
+pass that made no progress is not worth another: under greedy decoding the same prompt would give
+the same answer again).
 
 Invariants: every pass is an ordinary generation, so its output is token-identical to `ar`'s on its
 prompt; the Result is that of the answer kept, with its problems named, the attribution of a kept
@@ -134,10 +135,7 @@ def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[E
         passes.append(repair.stats)
         if not repair.kept:
             break
-        unchanged = answer.text == result.text
         result, check = answer, answer_check
-        if unchanged:
-            break
     yield replace(result, stats=combined(passes), check=check, repairs=tuple(repairs), check_seconds=check_seconds)
 
 
@@ -155,6 +153,6 @@ def attempt(edit: Edit, result: Result, check: Check, run: Callable[[Edit], Iter
     tokens = edit.traced(answer.token_spans, result.text, result.spans)
     answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces)
     answer_check = edit.check(answer.text) if answer.finished else Check()
-    kept = answer.finished and len(answer_check.problems) <= len(check.problems)
+    kept = answer.finished and len(answer_check.problems) < len(check.problems)
     repair = Repair(number, check.problems, answer_check.problems, kept, answer.stats, time.perf_counter() - started)
     return repair, answer, answer_check
