@@ -28,11 +28,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 import weakref
 from collections import deque
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -127,7 +128,9 @@ class Closed(RuntimeError):
 class Forwards:
     """The work running on one model, so that closing can refuse more and wait for what is in progress: a
     process that exits while a thread is inside torch aborts ("terminate called without an active exception",
-    SIGABRT). Work counts from `running()` until it leaves; once closed, `running()` raises Closed."""
+    SIGABRT), and freeing a tensor is inside torch. Work counts from `running()` until it leaves, and it
+    leaves holding no tensor: the frames an exception carries out are cleared first. Once closed,
+    `running()` raises Closed."""
 
     def __init__(self):
         self.closed = threading.Event()
@@ -142,16 +145,23 @@ class Forwards:
             self._running += 1
         try:
             yield
+        except BaseException as error:
+            traceback.clear_frames(error.__traceback__)  # their tensors are freed now, not after close()
+            raise
         finally:
             with self._changed:
                 self._running -= 1
                 self._changed.notify_all()
 
-    def steps(self, events: Iterator[Event]) -> Iterator[Event]:
-        """`events`, each made while running: a generation's forwards run while its next event is made."""
+    def steps(self, events: Generator[Event, None, None]) -> Iterator[Event]:
+        """`events`, each made while running: a generation's forwards run while its next event is made,
+        and once closed, its generator is closed (its tensors freed) before its last step leaves."""
         while True:
             with self.running():
                 event = next(events, None)
+                if self.closed.is_set():
+                    events.close()
+                    raise Closed("the assistant is closed")
             if event is None:
                 return
             yield event
@@ -347,7 +357,7 @@ class Assistant:
                                     cancel)
         return self._in_turn(generation, cancel)
 
-    def _in_turn(self, generation: Iterator[Event], cancel: threading.Event | None) -> Iterator[Event]:
+    def _in_turn(self, generation: Generator[Event, None, None], cancel: threading.Event | None) -> Iterator[Event]:
         ticket = object()
         try:
             for ahead in self._queue.wait(ticket, cancel):
@@ -359,7 +369,7 @@ class Assistant:
 
     def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
                   max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
-                  cancel: threading.Event | None) -> Iterator[Event]:
+                  cancel: threading.Event | None) -> Generator[Event, None, None]:
         document = request.document
         output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence)
         positions = list(prompt.sources)  # document span of every context position, output included
