@@ -215,3 +215,21 @@ def test_rewrite_review_hunks_undo_and_health(tmp_path, nvim):
     assert "server version" in health and "model loaded: smollm2-135m" in health, health
     assert "ERROR" not in health, health
     assert ":AssistantRejectHunk" in report["help"]
+
+
+@pytest.mark.parametrize("nvim", NEOVIMS)
+def test_setup_options_make_the_server_command(tmp_path, nvim):
+    if nvim is None:
+        pytest.skip("this Neovim is not installed (scripts/setup-system, scripts/setup)")
+    out = tmp_path / "command.json"
+    lua = (f"vim.opt.runtimepath:prepend('{PLUGIN}')\n"
+           "local assistant = require('assistant')\n"
+           "assistant.setup({ cmd = { 'assistant', 'lsp' }, model = 'qwen2.5-coder-0.5b',\n"
+           "                  engine = 'http://gpu-box:8000' })\n"
+           f"vim.fn.writefile({{ vim.fn.json_encode(assistant.server_command()) }}, '{out}')\n"
+           "vim.cmd('qall!')\n")
+    (tmp_path / "setup.lua").write_text(lua)
+    subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {tmp_path / 'setup.lua'}"],
+                   cwd=tmp_path, capture_output=True, timeout=120, env=dict(os.environ, XDG_STATE_HOME=str(tmp_path)))
+    assert json.loads(out.read_text()) == ["assistant", "lsp", "--model", "qwen2.5-coder-0.5b",
+                                           "--engine", "http://gpu-box:8000"]

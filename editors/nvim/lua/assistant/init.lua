@@ -19,6 +19,7 @@ local defaults = {
   model = nil, -- passed as `--model`; nil: the server's default
   weights = nil, -- passed as `--weights`
   strategy = nil, -- passed as `--strategy`
+  engine = nil, -- passed as `--engine`: a shared server's URL (assistant serve, vLLM); nil: a model in the server
   root_dir = nil, -- nil: the current working directory
   draft_from_open_buffers = false, -- let the drafter copy from the other buffers the server has seen
   health_wait_ms = 120000, -- how long :checkhealth waits for the server to answer, and for its model to load
@@ -213,7 +214,7 @@ end
 -- The server's command line, with the options of setup().
 function M.server_command()
   local cmd = vim.deepcopy(config.cmd)
-  for _, option in ipairs({ "model", "weights", "strategy" }) do
+  for _, option in ipairs({ "model", "weights", "strategy", "engine" }) do
     if config[option] then
       vim.list_extend(cmd, { "--" .. option, config[option] })
     end
