@@ -1,7 +1,8 @@
 """A process that uses `Assistant` and never calls `close()` ends cleanly: status 0 and nothing printed,
 whatever work runs when it ends (the first start's measurement of forward costs, a warm-up of a
-buffer's prompt, a rewrite streaming in another thread). Before, it aborted ("terminate called without an active exception", SIGABRT)
-with a thread inside torch. A real Python process each time, on a fresh cache (no costs measured yet)."""
+buffer's prompt, a rewrite streaming in another thread). Before, it aborted ("terminate called without
+an active exception", SIGABRT) with a thread inside torch, freeing a tensor included. A real Python
+process each time, on a fresh cache (no costs measured yet)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ REWRITE = "assistant.rewrite_text('def add(a, b):\\n    return a - b\\n', 'fix b
 BUFFER = "import threading, time\nbuffer = ''.join(f'def f{i}(x):\\n    return x + {i}\\n\\n' for i in range(150))\n"
 WARMING = (BUFFER + "assistant.measured_costs()\n"  # 70 forwards of a warm-up, one per turn
            "threading.Thread(target=assistant.warm, args=(buffer,), daemon=True).start()\n" + REWRITE)
-STREAMING = (BUFFER + "def stream():\n    try:\n        list(assistant.rewrite(buffer, 'Add a docstring to every function.'))\n"
+STREAMING = (BUFFER + "def stream():\n    try:\n"
+             "        list(assistant.rewrite(buffer, 'Add a docstring to every function.'))\n"
              "    except RuntimeError:\n        pass  # Closed, at exit\n"
              "threading.Thread(target=stream, daemon=True).start()\ntime.sleep(3)\n")
 
