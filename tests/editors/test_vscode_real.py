@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from serving import free_port
 from test_vscode_extension import EXTENSION, npm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +71,6 @@ USER_SETTINGS = {
     "editor.renderWhitespace": "none",  # whitespace dots in a selection would be read back as text
     "editor.stickyScroll.enabled": False,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -40,38 +40,16 @@ def command(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 # ---------------------------------------------------------------- against assistant serve
 
-@pytest.fixture(scope="module")
-def engine():
-    """`assistant serve` in a subprocess on the test model; yields its URL."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert server.poll() is None, f"assistant serve stopped: {server.stderr.read()}"
-        try:
-            return httpx.get(f"{url}/health").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        eventually(ready, "assistant serve did not come up", 300)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-
-
 @pytest.mark.parametrize("name, text, instruction", [("note.txt", NOTE, "Fix the spelling mistakes."),
                                                        ("code.py", DOC, INSTRUCTION)])
-def test_rewrite_through_assistant_serve_is_the_local_rewrite(engine, tmp_path, name, text, instruction):
+def test_rewrite_through_assistant_serve_is_the_local_rewrite(served_engine, tmp_path, name, text, instruction):
     """Same text, attribution, pieces and problems as in-process: the server plans, attributes, checks and
     repairs as the engine does (the file's language travels in the extension field)."""
     path = tmp_path / name
     path.write_text(text)
     options = ("-i", instruction, "--json", "--max-piece-tokens", "24")  # pieces: the engine's plan
-    local, remote = command("rewrite", str(path), *options), command("rewrite", str(path), *options, "--engine", engine)
+    local = command("rewrite", str(path), *options)
+    remote = command("rewrite", str(path), *options, "--engine", served_engine)
     assert local.returncode == remote.returncode, remote.stderr
     here, there = json.loads(local.stdout), json.loads(remote.stdout)
     assert len(there["pieces"]) > 1

@@ -15,20 +15,13 @@ import httpx
 import pytest
 import websockets
 from playground import FakeAssistant, receive, serve, until
+from serving import eventually
 
 from assistant.web.app import create_app
 
 DOC = "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))\n"
 RUN = {"document": DOC, "instruction": "Rename add to plus."}
 LONG = {"document": "x" * 100_000, "instruction": "Copy it."}  # 25,000 steps: runs until cancelled
-
-
-def eventually(condition, what: str, seconds: float = 30) -> None:
-    """A liveness bound, generous enough never to flake: `condition` must hold within `seconds`."""
-    deadline = time.time() + seconds
-    while not condition():
-        assert time.time() < deadline, what
-        time.sleep(0.02)
 
 
 def open_post(server: str, body: dict) -> socket.socket:

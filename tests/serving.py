@@ -1,11 +1,15 @@
-"""Helpers for the server tests: `assistant serve`'s app under a real uvicorn on a free loopback port."""
+"""Helpers for the tests of servers: a free loopback port, a liveness bound, `assistant serve`'s app under a
+real uvicorn in this process, and a server process (`assistant serve`, vLLM) that answers its health check."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import httpx
 import uvicorn
@@ -45,3 +49,26 @@ def serve(app, health: str | None = "/health", config=server_config):
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@contextmanager
+def server_process(command: list[str], port: int, log: Path, what: str, seconds: float) -> Iterator[str]:
+    """Run `command`, a server that listens on 127.0.0.1:`port` with its output in `log`, until GET /health
+    answers 200 within `seconds`; yields its URL, and ends it after."""
+    with log.open("w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert server.poll() is None, f"{what} stopped:\n{log.read_text()[-3000:]}"
+        try:
+            return httpx.get(f"{url}/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        eventually(ready, f"{what} did not come up", seconds)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
