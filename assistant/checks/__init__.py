@@ -8,6 +8,7 @@ Python, ruff's pyflakes rules and syntax errors (`lint`); for other programming 
 tree-sitter's syntax errors (`syntax`); and when the instruction asks only for annotations or
 documentation (`preserving`), any change to the code itself (`structure` for Python, `comments`
 for documentation edits elsewhere). Prose is not checked, and the `Check` says so in its notes.
+`restorable_edit` says how to undo, without a model, the code such an edit changed (Python only).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from assistant.checks.instructions import preserving
 from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
 from assistant.checks.report import Check, Problem, combine
-from assistant.checks.structure import check_structure
+from assistant.checks.structure import Replacement, check_structure, restorable
 from assistant.checks.syntax import GRAMMARS, check_syntax
 
-__all__ = ["Check", "Problem", "check_edit", "language_of", "preserving"]
+__all__ = ["Check", "Problem", "Replacement", "check_edit", "language_of", "preserving", "restorable_edit"]
 
 
 def check_edit(before: str, after: str, *, language: str | None, instruction: str, timeout: float = 5.0) -> Check:
@@ -44,3 +45,10 @@ def check_edit(before: str, after: str, *, language: str | None, instruction: st
     elif kind == "annotations":
         checks.append(Check(notes=("structure not checked: annotation edits are compared in Python only",)))
     return combine(checks)
+
+
+def restorable_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Replacement]:
+    """For a Python edit that should only annotate or document: the definitions whose code it changed, as
+    replacements of their lines in `after` by their lines in `before` (structure.restorable); else none."""
+    kind = preserving(instruction)
+    return restorable(before, after, kind) if language == "python" and kind is not None else []

@@ -8,6 +8,10 @@ modules, `if TYPE_CHECKING:` blocks, `TypeVar`-like definitions and `TypeAlias`e
 What is left is compared per function and class by qualified name, so a difference is reported
 as "the edit changed code in `hls_to_rgb`" at the changed statements of that function in the
 after text, "the edit removed `name`" where the definition was, or "the edit added `name`".
+
+`restorable` says how to undo such changes without a model: each innermost changed definition's
+lines in the after text go back to that definition's lines in the before text (its annotations and
+docstrings go with them), which by construction removes its difference.
 """
 
 from __future__ import annotations
@@ -182,6 +186,30 @@ def compare(old: dict[str, Scope], new: dict[str, Scope], after: str) -> list[Pr
         if changed is not None:
             problems.append(changed)
     return sorted(problems, key=lambda problem: (problem.start, problem.end))
+
+
+Replacement = tuple[int, int, int, int]  # a range of the after text, and the range of the before text to put there
+
+
+def restorable(before: str, after: str, kind: str) -> list[Replacement]:
+    """The whole lines of each innermost function or class whose code the edit changed (not the module's
+    own statements), as replacements by its lines before the edit, in order; none where a text does
+    not parse or a definition moved to another indentation."""
+    old, new = outline(before, kind == "annotations"), outline(after, kind == "annotations")
+    if old is None or new is None:
+        return []
+    changed = [name for name in old.keys() & new.keys()
+               if name and (old[name].header != new[name].header or old[name].statements != new[name].statements)]
+    innermost = [name for name in changed if not any(other.startswith(f"{name}.") for other in changed)]
+    if any(old[name].span[1] != new[name].span[1] for name in innermost):
+        return []
+    before_lines, after_lines = LineIndex(before), LineIndex(after)
+    return sorted((*_lines(after_lines, new[name].span), *_lines(before_lines, old[name].span)) for name in innermost)
+
+
+def _lines(lines: LineIndex, span: Span) -> tuple[int, int]:
+    """The character range of the whole lines a span covers, their last line break included."""
+    return lines.offset(span[0] - 1, 0), lines.offset(span[2], 0)
 
 
 def check_structure(before: str, after: str, kind: str) -> Check:

@@ -3,20 +3,25 @@
 When an answer finishes (it ended by itself: not at the token limit, not cancelled), it is checked
 once against the request's document (`assistant.checks.check_edit`: the document before, and the
 document with the answer in place of the selection or of the whole, after), and the problems are
-given in offsets of the answer (those outside the rewritten range at its nearer edge). While
-problems remain and repairs are allowed, a repair pass rewrites the answer itself (so drafts copy
-from it) on the original instruction followed by the problems, line by line; when some problem is
-code the edit changed, the text before the edit is shown beside it, read-only, to restore from. Each
-repaired answer is checked against the original document again and kept only if it finished with
-fewer problems than the answer it repaired; otherwise it is dropped and repairing stops there (a
-pass that made no progress is not worth another: under greedy decoding the same prompt would give
-the same answer again).
+given in offsets of the answer (those outside the rewritten range at its nearer edge).
+
+When repairs are allowed and an edit that should only annotate or document changed the code of a
+definition, that definition is first put back as the document had it, without a model
+(`checks.restorable_edit`): asked to repair such an answer, a 1.5B model gives it back unchanged.
+While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
+original instruction followed by the problems, line by line; when some problem is code the edit
+changed, the text before the edit is shown beside it, read-only, to restore from. Each repaired
+answer is checked against the original document again and kept only if it finished with fewer
+problems than the answer it repaired; otherwise it is dropped and repairing stops there (a pass
+that made no progress is not worth another: under greedy decoding the same prompt would give the
+same answer again).
 
 Invariants: every pass is an ordinary generation, so its output is token-identical to `ar`'s on its
-prompt; the Result is that of the answer kept, with its problems named, the attribution of a kept
-repair traced back through the answers before it to the original document, and the stats of every
-pass; a checker that fails, or a repair that cannot run, is a note in the check and never stops the
-answer's delivery. The repair passes' own events are not streamed: a Repairing event announces each.
+prompt, and a restored definition is the document's own text, attributed to it; the Result is that
+of the answer kept, with its problems named, the attribution of a kept repair traced back through
+the answers before it to the original document, and the stats of every pass; a checker that fails,
+or a repair that cannot run, is a note in the check and never stops the answer's delivery. The
+repair passes' own events are not streamed: a Repairing event announces each.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from assistant import checks
 from assistant.checks import Check, Problem
-from assistant.engine.events import Event, Repair, Repairing, Result
+from assistant.engine.events import NOTHING, Event, Repair, Repairing, Result
 from assistant.engine.long_documents import combined
 from assistant.engine.output import Span, merge_spans
 from assistant.engine.prompts import repair_instruction
@@ -71,6 +76,18 @@ class Edit:
             return min(max(offset - start, 0), len(answer))
         return replace(check, problems=tuple(replace(p, start=inside(p.start), end=inside(p.end))
                                              for p in check.problems))
+
+    def restorable(self, answer: str) -> list[tuple[int, int, int, int]]:
+        """The definitions whose code `answer` changed, as ranges of `answer` and the ranges of the document to
+        put there (checks.restorable_edit), within the rewritten range; none when that cannot be said."""
+        start, end = self.region
+        try:
+            found = checks.restorable_edit(self.document, self.with_answer(answer), language=self.language,
+                                           instruction=self.instruction)
+        except Exception:  # noqa: BLE001 - as a check, a restore must never stop an answer's delivery
+            return []
+        inside = [(a - start, b - start, c, d) for a, b, c, d in found]
+        return inside if all(0 <= a and b <= len(answer) and start <= c and d <= end for a, b, c, d in inside) else []
 
     def repair(self, answer: str, problems: tuple[Problem, ...]) -> Edit:
         """The pass that repairs `answer`: it rewrites the answer in place, on the instruction and its problems."""
@@ -125,7 +142,12 @@ def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[E
     started = time.perf_counter()
     check = edit.check(result.text)
     check_seconds, repairs, passes = time.perf_counter() - started, [], [result.stats]
-    while check.problems and len(repairs) < attempts and not (cancel is not None and cancel.is_set()):
+    restoring = restored(edit, result, check) if attempts else None
+    if restoring is not None:
+        repairs.append(restoring[0])
+        if restoring[0].kept:
+            result, check = restoring[1], restoring[2]
+    while check.problems and len(passes) - 1 < attempts and not (cancel is not None and cancel.is_set()):
         yield Repairing(check.problems, len(repairs) + 1)
         repair, answer, answer_check = attempt(edit, result, check, run, len(repairs) + 1)
         if repair is None:
@@ -156,3 +178,44 @@ def attempt(edit: Edit, result: Result, check: Check, run: Callable[[Edit], Iter
     kept = answer.finished and len(answer_check.problems) < len(check.problems)
     repair = Repair(number, check.problems, answer_check.problems, kept, answer.stats, time.perf_counter() - started)
     return repair, answer, answer_check
+
+
+def restored(edit: Edit, result: Result, check: Check) -> tuple[Repair, Result, Check] | None:
+    """`result` with every definition whose code it changed put back as the document had it (no model pass):
+    the Repair (kept when the answer has fewer problems), the answer and its check; None if none can be."""
+    started = time.perf_counter()
+    replacements = edit.restorable(result.text) if any(p.code == CHANGED_CODE for p in check.problems) else []
+    if not replacements:
+        return None
+    text = result.text
+    for a, b, c, d in reversed(replacements):
+        text = text[:a] + edit.document[c:d] + text[b:]
+    tokens = respliced(result.token_spans, replacements)
+    answer = replace(result, text=text, spans=merge_spans(tokens), token_spans=tokens)
+    answer_check = edit.check(text)
+    kept = len(answer_check.problems) < len(check.problems)
+    repair = Repair(1, check.problems, answer_check.problems, kept, NOTHING, time.perf_counter() - started)
+    return repair, answer, answer_check
+
+
+def respliced(spans: list[Span], replacements: list[tuple[int, int, int, int]]) -> list[Span]:
+    """`spans` (in output order) of a text whose ranges (a, b) were replaced, in order, by the document's
+    (c, d): a span across a replaced range goes, one after it shifts, and each replacement is one span
+    copied from its source."""
+    result, shift, at = [], 0, 0
+
+    def replace_next() -> None:
+        nonlocal shift, at
+        a, b, c, d = replacements[at]
+        result.append(Span((a + shift, a + shift + d - c), (c, d)))
+        shift, at = shift + (d - c) - (b - a), at + 1
+
+    for span in spans:
+        while at < len(replacements) and replacements[at][1] <= span.output[0]:
+            replace_next()
+        if at < len(replacements) and replacements[at][0] < span.output[1]:
+            continue
+        result.append(Span((span.output[0] + shift, span.output[1] + shift), span.source))
+    while at < len(replacements):
+        replace_next()
+    return result

@@ -167,12 +167,38 @@ def test_unchecked_languages_say_so():
 
 
 def test_changed_code_shows_the_text_before_the_edit():
-    passes = Passes(answer(HINTED))
-    changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
-    _, result = run(PYTHON, answer(changed), passes)
-    assert passes.asked[0].references == (DOCUMENT,)
+    document = "SCALE = 2\n" + DOCUMENT  # a module-level statement: no definition to restore it from
+    passes = Passes(answer("SCALE = 2\n" + HINTED))
+    _, result = run(Edit(document, INSTRUCTION, language="python"), answer("SCALE = 3\n" + HINTED), passes)
+    assert passes.asked[0].references == (document,)
     assert "The related file is the text before the edit." in passes.asked[0].instruction
-    assert result.text == HINTED
+    assert result.text == "SCALE = 2\n" + HINTED
+
+
+TWO = DOCUMENT + "\n\ndef half(x):\n    return x / 2\n"
+
+
+def test_a_definition_whose_code_changed_is_restored_without_a_model_pass():
+    """The changed function goes back to the document's lines (its hints with them); the other keeps its
+    hints; attribution shifts past the restored lines and names the document as their source."""
+    changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
+    tail = "\n\ndef half(x: float) -> float:\n    return x / 2\n"
+    copied = Span((len(changed) + 2, len(changed) + 11), (len(DOCUMENT) + 2, len(DOCUMENT) + 11))  # "def half("
+    passes = Passes()
+    _, result = run(Edit(TWO, INSTRUCTION, language="python"), answer(changed + tail, spans=[copied]), passes)
+    assert passes.asked == [] and result.problems == ()
+    assert result.text == DOCUMENT + tail
+    (repair,) = result.repairs
+    assert repair.kept and repair.stats.new_tokens == 0 and repair.problems_before[0].code == "changed-code"
+    assert result.spans == [Span((0, len(DOCUMENT)), (0, len(DOCUMENT))),
+                            Span((len(DOCUMENT) + 2, len(DOCUMENT) + 11), (len(DOCUMENT) + 2, len(DOCUMENT) + 11))]
+    assert all(result.text[slice(*span.output)] == TWO[slice(*span.source)] for span in result.spans)
+
+
+def test_no_restore_when_repair_is_off():
+    changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
+    _, result = run(PYTHON, answer(changed), Passes(), attempts=0)
+    assert result.text == changed and result.repairs == () and result.problems
 
 
 def test_selection_problems_point_into_the_answer_and_the_repair_rewrites_it_in_place():
