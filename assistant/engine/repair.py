@@ -34,7 +34,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 
 from assistant import checks
-from assistant.checks import Check, Problem
+from assistant.checks import Check, Problem, Replacement
 from assistant.engine.events import NOTHING, Event, Repair, Repairing, Result
 from assistant.engine.long_documents import combined
 from assistant.engine.output import Span, merge_spans
@@ -77,7 +77,7 @@ class Edit:
         return replace(check, problems=tuple(replace(p, start=inside(p.start), end=inside(p.end))
                                              for p in check.problems))
 
-    def restorable(self, answer: str) -> list[tuple[int, int, int, int]]:
+    def restorable(self, answer: str) -> list[Replacement]:
         """The definitions whose code `answer` changed, as ranges of `answer` and the ranges of the document to
         put there (checks.restorable_edit), within the rewritten range; none when that cannot be said."""
         start, end = self.region
@@ -198,7 +198,7 @@ def restored(edit: Edit, result: Result, check: Check) -> tuple[Repair, Result, 
     return repair, answer, answer_check
 
 
-def respliced(spans: list[Span], replacements: list[tuple[int, int, int, int]]) -> list[Span]:
+def respliced(spans: list[Span], replacements: list[Replacement]) -> list[Span]:
     """`spans` (in output order) of a text whose ranges (a, b) were replaced, in order, by the document's
     (c, d): a span across a replaced range goes, one after it shifts, and each replacement is one span
     copied from its source."""
