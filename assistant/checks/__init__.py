@@ -8,20 +8,26 @@ Python, ruff's pyflakes rules and syntax errors (`lint`); for other programming 
 tree-sitter's syntax errors (`syntax`); and when the instruction asks only for annotations or
 documentation (`preserving`), any change to the code itself (`structure` for Python, `comments`
 for documentation edits elsewhere). Prose is not checked, and the `Check` says so in its notes.
-`restorable_edit` says how to undo, without a model, the code such an edit changed (Python only).
+Three functions say how to repair such an edit without a model, as `Fix`es of the after text:
+`unbroken_edit` which of its changed lines to undo so that it no longer breaks the syntax,
+`restorable_edit` how to undo the code it changed (Python), and `typing_import_edit` which imports
+of `typing` a type-hint edit forgot (Python).
 """
 
 from __future__ import annotations
 
 from assistant.checks.comments import check_comments
+from assistant.checks.imports import typing_imports
 from assistant.checks.instructions import preserving
 from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
-from assistant.checks.report import Check, Problem, combine
-from assistant.checks.structure import Replacement, check_structure, restorable
+from assistant.checks.report import Check, Fix, Problem, applied, combine
+from assistant.checks.structure import check_structure, restorable
 from assistant.checks.syntax import GRAMMARS, check_syntax
+from assistant.checks.unbreak import unbreaking
 
-__all__ = ["Check", "Problem", "Replacement", "check_edit", "language_of", "preserving", "restorable_edit"]
+__all__ = ["Check", "Fix", "Problem", "applied", "check_edit", "language_of", "preserving", "restorable_edit",
+           "typing_import_edit", "unbroken_edit"]
 
 
 def check_edit(before: str, after: str, *, language: str | None, instruction: str, timeout: float = 5.0) -> Check:
@@ -47,8 +53,21 @@ def check_edit(before: str, after: str, *, language: str | None, instruction: st
     return combine(checks)
 
 
-def restorable_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Replacement]:
+def restorable_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
     """For a Python edit that should only annotate or document: the definitions whose code it changed, as
     replacements of their lines in `after` by their lines in `before` (structure.restorable); else none."""
     kind = preserving(instruction)
     return restorable(before, after, kind) if language == "python" and kind is not None else []
+
+
+def unbroken_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
+    """For an edit that should only annotate or document, in a language with a parser: the changed lines of
+    `after` to put back as `before` had them so that it has no syntax error `before` lacks (unbreak.unbreaking)."""
+    kind = preserving(instruction)
+    return unbreaking(before, after, language) if language is not None and kind is not None else []
+
+
+def typing_import_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
+    """For a Python edit that should only add type hints: the imports of the `typing` names it used and
+    never imported (imports.typing_imports)."""
+    return typing_imports(before, after) if language == "python" and preserving(instruction) == "annotations" else []

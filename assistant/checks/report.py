@@ -10,7 +10,7 @@ mistaken for a clean bill of health: `Check.checked` is false when nothing ran a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,28 @@ class Problem:
     def to_json(self) -> dict[str, Any]:
         return {"message": self.message, "start": self.start, "end": self.end, "code": self.code,
                 "checker": self.checker}
+
+
+class Fix(NamedTuple):
+    """A change to the text after an edit that a repair can make without a model: its range `start`..`end`
+    becomes `text`, which is the text before the edit at `source` (restored) or, when that is None, new."""
+
+    start: int
+    end: int
+    text: str
+    source: tuple[int, int] | None
+
+
+def restoring(before: str, after_range: tuple[int, int], before_range: tuple[int, int]) -> Fix:
+    """The Fix that puts `before`'s range back in place of a range of the after text."""
+    return Fix(*after_range, before[slice(*before_range)], before_range)
+
+
+def applied(text: str, fixes: list[Fix]) -> str:
+    """`text` with each of `fixes` (whose ranges do not overlap) made."""
+    for fix in sorted(fixes, reverse=True):
+        text = text[:fix.start] + fix.text + text[fix.end:]
+    return text
 
 
 @dataclass(frozen=True)

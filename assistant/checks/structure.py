@@ -20,7 +20,7 @@ import ast
 from dataclasses import dataclass
 
 from assistant.checks.positions import LineIndex
-from assistant.checks.report import Check, Problem
+from assistant.checks.report import Check, Fix, Problem, restoring
 
 Span = tuple[int, int, int, int]  # first row, byte column, last row, byte column (as ast counts them)
 TYPING_MODULES = {"typing", "typing_extensions", "collections.abc", "types", "__future__"}
@@ -188,10 +188,7 @@ def compare(old: dict[str, Scope], new: dict[str, Scope], after: str) -> list[Pr
     return sorted(problems, key=lambda problem: (problem.start, problem.end))
 
 
-Replacement = tuple[int, int, int, int]  # a range of the after text, and the range of the before text to put there
-
-
-def restorable(before: str, after: str, kind: str) -> list[Replacement]:
+def restorable(before: str, after: str, kind: str) -> list[Fix]:
     """The whole lines of each innermost function or class whose code the edit changed (not the module's
     own statements), as replacements by its lines before the edit, in order; none where a text does
     not parse or a definition moved to another indentation."""
@@ -204,7 +201,8 @@ def restorable(before: str, after: str, kind: str) -> list[Replacement]:
     if any(old[name].span[1] != new[name].span[1] for name in innermost):
         return []
     before_lines, after_lines = LineIndex(before), LineIndex(after)
-    return sorted((*_lines(after_lines, new[name].span), *_lines(before_lines, old[name].span)) for name in innermost)
+    return sorted(restoring(before, _lines(after_lines, new[name].span), _lines(before_lines, old[name].span))
+                  for name in innermost)
 
 
 def _lines(lines: LineIndex, span: Span) -> tuple[int, int]:

@@ -5,9 +5,12 @@ once against the request's document (`assistant.checks.check_edit`: the document
 document with the answer in place of the selection or of the whole, after), and the problems are
 given in offsets of the answer (those outside the rewritten range at its nearer edge).
 
-When repairs are allowed and an edit that should only annotate or document changed the code of a
-definition, that definition is first put back as the document had it, without a model
-(`checks.restorable_edit`): asked to repair such an answer, a 1.5B model gives it back unchanged.
+When repairs are allowed and an edit that should only annotate or document broke the syntax, changed
+the code of a definition or, adding type hints, used `typing` names it never imported, that is first
+repaired without a model (FIXERS): the fewest changed lines that make the syntax whole again are put
+back as the document had them (`checks.unbroken_edit`), then each definition whose code changed
+(`checks.restorable_edit`), then the missing `typing` imports are written (`checks.typing_import_edit`).
+Asked to repair such answers, a 1.5B model gives them back unchanged.
 While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
 original instruction followed by the problems, line by line; when some problem is code the edit
 changed, the text before the edit is shown beside it, read-only, to restore from. Each repaired
@@ -17,7 +20,7 @@ that made no progress is not worth another: under greedy decoding the same promp
 same answer again).
 
 Invariants: every pass is an ordinary generation, so its output is token-identical to `ar`'s on its
-prompt, and a restored definition is the document's own text, attributed to it; the Result is that
+prompt, and what a fix puts back is the document's own text, attributed to it; the Result is that
 of the answer kept, with its problems named, the attribution of a kept repair traced back through
 the answers before it to the original document, and the stats of every pass; a checker that fails,
 or a repair that cannot run, is a note in the check and never stops the answer's delivery. The
@@ -34,13 +37,17 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 
 from assistant import checks
-from assistant.checks import Check, Problem, Replacement
+from assistant.checks import Check, Fix, Problem
 from assistant.engine.events import NOTHING, Event, Repair, Repairing, Result
 from assistant.engine.long_documents import combined
 from assistant.engine.output import Span, merge_spans
 from assistant.engine.prompts import repair_instruction
 
-CHANGED_CODE = "changed-code"
+CHANGED_CODE, SYNTAX, UNDEFINED_NAME = "changed-code", "syntax", "F821"
+Finder = Callable[..., list[Fix]]
+# how to repair each kind of problem without a model, in order
+FIXERS: tuple[tuple[str, Finder], ...] = ((SYNTAX, checks.unbroken_edit), (CHANGED_CODE, checks.restorable_edit),
+                                          (UNDEFINED_NAME, checks.typing_import_edit))
 
 
 @dataclass(frozen=True)
@@ -77,17 +84,18 @@ class Edit:
         return replace(check, problems=tuple(replace(p, start=inside(p.start), end=inside(p.end))
                                              for p in check.problems))
 
-    def restorable(self, answer: str) -> list[Replacement]:
-        """The definitions whose code `answer` changed, as ranges of `answer` and the ranges of the document to
-        put there (checks.restorable_edit), within the rewritten range; none when that cannot be said."""
+    def fixes(self, answer: str, finder: Finder) -> list[Fix]:
+        """The Fixes of `answer` that `finder` (one of FIXERS) gives, in offsets of `answer`, within the
+        rewritten range; none when that cannot be said."""
         start, end = self.region
         try:
-            found = checks.restorable_edit(self.document, self.with_answer(answer), language=self.language,
-                                           instruction=self.instruction)
+            found = finder(self.document, self.with_answer(answer), language=self.language,
+                           instruction=self.instruction)
         except Exception:  # noqa: BLE001 - as a check, a restore must never stop an answer's delivery
             return []
-        inside = [(a - start, b - start, c, d) for a, b, c, d in found]
-        return inside if all(0 <= a and b <= len(answer) and start <= c and d <= end for a, b, c, d in inside) else []
+        inside = [fix._replace(start=fix.start - start, end=fix.end - start) for fix in found]
+        return inside if all(0 <= fix.start and fix.end <= len(answer) and (fix.source is None or (
+            start <= fix.source[0] and fix.source[1] <= end)) for fix in inside) else []
 
     def repair(self, answer: str, problems: tuple[Problem, ...]) -> Edit:
         """The pass that repairs `answer`: it rewrites the answer in place, on the instruction and its problems."""
@@ -181,41 +189,41 @@ def attempt(edit: Edit, result: Result, check: Check, run: Callable[[Edit], Iter
 
 
 def restored(edit: Edit, result: Result, check: Check) -> tuple[Repair, Result, Check] | None:
-    """`result` with every definition whose code it changed put back as the document had it (no model pass):
-    the Repair (kept when the answer has fewer problems), the answer and its check; None if none can be."""
+    """`result` with the Fixes of FIXERS made for each kind of problem it has (no model pass): the Repair
+    (kept when the answer has fewer problems), the answer and its check; None if none could be made."""
     started = time.perf_counter()
-    replacements = edit.restorable(result.text) if any(p.code == CHANGED_CODE for p in check.problems) else []
-    if not replacements:
+    answer, answer_check = result, check
+    for code, finder in FIXERS:
+        fixes = edit.fixes(answer.text, finder) if any(p.code == code for p in answer_check.problems) else []
+        if fixes:
+            tokens = respliced(answer.token_spans, fixes)
+            answer = replace(answer, text=checks.applied(answer.text, fixes), spans=merge_spans(tokens),
+                             token_spans=tokens)
+            answer_check = edit.check(answer.text)
+    if answer is result:
         return None
-    text = result.text
-    for a, b, c, d in reversed(replacements):
-        text = text[:a] + edit.document[c:d] + text[b:]
-    tokens = respliced(result.token_spans, replacements)
-    answer = replace(result, text=text, spans=merge_spans(tokens), token_spans=tokens)
-    answer_check = edit.check(text)
     kept = len(answer_check.problems) < len(check.problems)
     repair = Repair(1, check.problems, answer_check.problems, kept, NOTHING, time.perf_counter() - started)
     return repair, answer, answer_check
 
 
-def respliced(spans: list[Span], replacements: list[Replacement]) -> list[Span]:
-    """`spans` (in output order) of a text whose ranges (a, b) were replaced, in order, by the document's
-    (c, d): a span across a replaced range goes, one after it shifts, and each replacement is one span
-    copied from its source."""
+def respliced(spans: list[Span], fixes: list[Fix]) -> list[Span]:
+    """`spans` (in output order) of a text with `fixes` (in order) made: a span across a fixed range goes,
+    one after it shifts, and each fix's text is one span, attributed to its source."""
     result, shift, at = [], 0, 0
 
-    def replace_next() -> None:
+    def fix_next() -> None:
         nonlocal shift, at
-        a, b, c, d = replacements[at]
-        result.append(Span((a + shift, a + shift + d - c), (c, d)))
-        shift, at = shift + (d - c) - (b - a), at + 1
+        fix = fixes[at]
+        result.append(Span((fix.start + shift, fix.start + shift + len(fix.text)), fix.source))
+        shift, at = shift + len(fix.text) - (fix.end - fix.start), at + 1
 
     for span in spans:
-        while at < len(replacements) and replacements[at][1] <= span.output[0]:
-            replace_next()
-        if at < len(replacements) and replacements[at][0] < span.output[1]:
+        while at < len(fixes) and fixes[at].end <= span.output[0]:
+            fix_next()
+        if at < len(fixes) and fixes[at].start < span.output[1]:
             continue
         result.append(Span((span.output[0] + shift, span.output[1] + shift), span.source))
-    while at < len(replacements):
-        replace_next()
+    while at < len(fixes):
+        fix_next()
     return result

@@ -195,6 +195,32 @@ def test_a_definition_whose_code_changed_is_restored_without_a_model_pass():
     assert all(result.text[slice(*span.output)] == TWO[slice(*span.source)] for span in result.spans)
 
 
+def test_a_syntax_error_then_changed_code_are_put_back_in_one_model_free_repair():
+    """The line that broke the syntax goes back first; then the function whose code changed; the hints
+    the edit added elsewhere stay."""
+    broken = "def area(w: int, h: int) -> int:\n    return w + h\n"  # changed code
+    tail = "\n\ndef half(x: float) -> float:\n    return (x / 2\n"  # a bracket never closed
+    passes = Passes()
+    _, result = run(Edit(TWO, INSTRUCTION, language="python"), answer(broken + tail), passes)
+    assert passes.asked == [] and result.problems == ()
+    assert result.text == DOCUMENT + "\n\ndef half(x: float) -> float:\n    return x / 2\n"
+    (repair,) = result.repairs
+    assert repair.kept and repair.stats.new_tokens == 0 and [p.code for p in repair.problems_before] == ["syntax"]
+    assert all(result.text[slice(*span.output)] == TWO[slice(*span.source)] for span in result.spans)
+
+
+def test_a_forgotten_typing_import_is_written_without_a_model_pass():
+    hinted = "def area(w: Optional[int], h: int) -> int:\n    return w * h\n"
+    copied = Span((hinted.index("    return"), len(hinted)), (DOCUMENT.index("    return"), len(DOCUMENT)))
+    passes = Passes()
+    _, result = run(PYTHON, answer(hinted, spans=[copied]), passes)
+    line = "from typing import Optional\n"
+    assert passes.asked == [] and result.problems == () and result.text == line + hinted
+    (repair,) = result.repairs
+    assert repair.kept and [p.code for p in repair.problems_before] == ["F821"]
+    assert result.spans == [Span((len(line) + copied.output[0], len(line) + len(hinted)), copied.source)]
+
+
 def test_no_restore_when_repair_is_off():
     changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
     _, result = run(PYTHON, answer(changed), Passes(), attempts=0)
