@@ -162,3 +162,38 @@ def test_an_edited_text_that_does_not_parse_is_left_to_ruff():
     assert check.ran == ("ruff",)
     assert check.notes == ("structure not checked: the edited text is not valid Python",)
     assert check.problems and {problem.code for problem in check.problems} == {"syntax"}
+
+
+RESTORE_BEFORE = dedent('''\
+    class GetoptError(Exception):
+        opt = ''
+        msg = ''
+
+        def __init__(self, msg, opt=''):
+            self.msg = msg
+            self.opt = opt
+            Exception.__init__(self, msg, opt)
+    ''')
+
+
+def restored(after: str, instruction: str = "Add docstrings.") -> str:
+    from assistant.checks import applied, restorable_edit
+    return applied(after, restorable_edit(RESTORE_BEFORE, after, language="python", instruction=instruction))
+
+
+def test_a_definition_holding_others_is_put_back_whole():
+    after = RESTORE_BEFORE.replace("    opt = ''\n    msg = ''\n", '    """An error of getopt."""\n')
+    assert restored(after) == RESTORE_BEFORE  # a class with a method of its own is put back whole
+
+
+def test_added_and_changed_statements_go_and_the_hints_stay():
+    """The method is innermost: its statements go back, its new signature's hints and the class docstring stay."""
+    hinted = RESTORE_BEFORE.replace("    opt = ''\n", '    """An error of getopt."""\n    opt = \'\'\n').replace(
+        "def __init__(self, msg, opt=''):", "def __init__(self, msg: str, opt: str = '') -> None:")
+    after = hinted.replace("        self.opt = opt\n", "        self.opt = opt.strip()\n        print(opt)\n")
+    assert restored(after, "Add type hints.") == hinted
+
+
+def test_statements_removed_at_the_end_go_after_the_last_line():
+    after = RESTORE_BEFORE.replace("        Exception.__init__(self, msg, opt)\n", "")
+    assert restored(after) == RESTORE_BEFORE
