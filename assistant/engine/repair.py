@@ -85,8 +85,8 @@ class Edit:
                                              for p in check.problems))
 
     def fixes(self, answer: str, finder: Finder) -> list[Fix]:
-        """The Fixes of `answer` that `finder` (one of FIXERS) gives, in offsets of `answer`, within the
-        rewritten range; none when that cannot be said."""
+        """The Fixes of `answer` that `finder` (one of FIXERS) gives that lie within the rewritten range (and
+        restore from it), in offsets of `answer`; none when that cannot be said."""
         start, end = self.region
         try:
             found = finder(self.document, self.with_answer(answer), language=self.language,
@@ -94,8 +94,8 @@ class Edit:
         except Exception:  # noqa: BLE001 - as a check, a restore must never stop an answer's delivery
             return []
         inside = [fix._replace(start=fix.start - start, end=fix.end - start) for fix in found]
-        return inside if all(0 <= fix.start and fix.end <= len(answer) and (fix.source is None or (
-            start <= fix.source[0] and fix.source[1] <= end)) for fix in inside) else []
+        return [fix for fix in inside if 0 <= fix.start and fix.end <= len(answer)
+                and (fix.source is None or start <= fix.source[0] and fix.source[1] <= end)]
 
     def repair(self, answer: str, problems: tuple[Problem, ...]) -> Edit:
         """The pass that repairs `answer`: it rewrites the answer in place, on the instruction and its problems."""

@@ -179,31 +179,39 @@ TWO = DOCUMENT + "\n\ndef half(x):\n    return x / 2\n"
 
 
 def test_a_definition_whose_code_changed_is_restored_without_a_model_pass():
-    """The changed function goes back to the document's lines (its hints with them); the other keeps its
-    hints; attribution shifts past the restored lines and names the document as their source."""
+    """The changed statement goes back to the document's line, the hints stay; attribution shifts past the
+    restored line and names the document as its source."""
     changed = "def area(w: int, h: int) -> int:\n    return w + h\n"
     tail = "\n\ndef half(x: float) -> float:\n    return x / 2\n"
     copied = Span((len(changed) + 2, len(changed) + 11), (len(DOCUMENT) + 2, len(DOCUMENT) + 11))  # "def half("
     passes = Passes()
     _, result = run(Edit(TWO, INSTRUCTION, language="python"), answer(changed + tail, spans=[copied]), passes)
     assert passes.asked == [] and result.problems == ()
-    assert result.text == DOCUMENT + tail
+    assert result.text == HINTED + tail
     (repair,) = result.repairs
     assert repair.kept and repair.stats.new_tokens == 0 and repair.problems_before[0].code == "changed-code"
-    assert result.spans == [Span((0, len(DOCUMENT)), (0, len(DOCUMENT))),
-                            Span((len(DOCUMENT) + 2, len(DOCUMENT) + 11), (len(DOCUMENT) + 2, len(DOCUMENT) + 11))]
+    line = HINTED.index("    return")
+    assert result.spans == [Span((line, len(HINTED)), (DOCUMENT.index("    return"), len(DOCUMENT))),
+                            Span((len(HINTED) + 2, len(HINTED) + 11), (len(DOCUMENT) + 2, len(DOCUMENT) + 11))]
     assert all(result.text[slice(*span.output)] == TWO[slice(*span.source)] for span in result.spans)
 
 
+def test_a_changed_signature_restores_the_whole_definition():
+    changed = "def area(w: int, h: int = 1) -> int:\n    return w * h\n"
+    _, result = run(PYTHON, answer(changed), Passes())
+    assert result.text == DOCUMENT and result.problems == () and result.spans == [Span((0, len(DOCUMENT)),
+                                                                                        (0, len(DOCUMENT)))]
+
+
 def test_a_syntax_error_then_changed_code_are_put_back_in_one_model_free_repair():
-    """The line that broke the syntax goes back first; then the function whose code changed; the hints
-    the edit added elsewhere stay."""
+    """The line that broke the syntax goes back first; then the statement whose code changed; the hints
+    the edit added stay."""
     broken = "def area(w: int, h: int) -> int:\n    return w + h\n"  # changed code
     tail = "\n\ndef half(x: float) -> float:\n    return (x / 2\n"  # a bracket never closed
     passes = Passes()
     _, result = run(Edit(TWO, INSTRUCTION, language="python"), answer(broken + tail), passes)
     assert passes.asked == [] and result.problems == ()
-    assert result.text == DOCUMENT + "\n\ndef half(x: float) -> float:\n    return x / 2\n"
+    assert result.text == HINTED + "\n\ndef half(x: float) -> float:\n    return x / 2\n"
     (repair,) = result.repairs
     assert repair.kept and repair.stats.new_tokens == 0 and [p.code for p in repair.problems_before] == ["syntax"]
     assert all(result.text[slice(*span.output)] == TWO[slice(*span.source)] for span in result.spans)
@@ -219,6 +227,21 @@ def test_a_forgotten_typing_import_is_written_without_a_model_pass():
     (repair,) = result.repairs
     assert repair.kept and [p.code for p in repair.problems_before] == ["F821"]
     assert result.spans == [Span((len(line) + copied.output[0], len(line) + len(hinted)), copied.source)]
+
+
+def test_a_fix_reaching_outside_the_selection_is_left_to_the_model_and_the_others_made():
+    """The class, which holds a method, would be put back whole from its first line, outside the selection;
+    the function inside is still put back without a model."""
+    head = "class Box:\n"
+    body = "    size = 1\n\n    def grow(self):\n        return 2\n\n\n" + DOCUMENT
+    changed = body.replace("size = 1", "size = 3").replace("w * h", "w + h")
+    document = head + body
+    passes = Passes(answer(body))
+    edit = Edit(document, "Add docstrings.", (len(head), len(document)), "python")
+    _, result = run(edit, answer(changed), passes)
+    [asked] = passes.asked
+    assert asked.document == head + changed.replace("w + h", "w * h")  # the function was put back first
+    assert result.text == body and result.problems == ()
 
 
 def test_no_restore_when_repair_is_off():
