@@ -14,6 +14,8 @@ from assistant.engine.events import Delta, Queued, Repairing, Result, Stats
 from assistant.engine.output import Span
 from assistant.engine.repair import Edit, checked
 
+from checks.helpers import annotate, colorsys_source, replace_once
+
 DOCUMENT = "def area(w, h):\n    return w * h\n"
 INSTRUCTION = "Add type hints to every function."
 HINTED = "def area(w: int, h: int) -> int:\n    return w * h\n"
@@ -242,6 +244,18 @@ def test_a_fix_reaching_outside_the_selection_is_left_to_the_model_and_the_other
     [asked] = passes.asked
     assert asked.document == head + changed.replace("w + h", "w * h")  # the function was put back first
     assert result.text == body and result.problems == ()
+
+
+def test_the_colorsys_edit_of_the_issue_is_repaired_without_a_model_pass():
+    """CPython's colorsys with type hints and no `typing` import, a line deleted from `rgb_to_hls` and a
+    constant changed in `hls_to_rgb`: every problem is fixed, the hints stay, and no model pass runs."""
+    before = colorsys_source()
+    hinted = annotate(before)
+    broken = replace_once(replace_once(hinted, "    sumc = (maxc+minc)\n", ""), "h-ONE_THIRD))", "h-ONE_SIXTH))")
+    passes = Passes()
+    _, result = run(Edit(before, INSTRUCTION, language="python"), answer(broken), passes)
+    assert passes.asked == [] and result.problems == () and result.repairs[0].kept
+    assert result.text == replace_once(hinted, "\n__all__", "\nfrom typing import Tuple\n__all__")
 
 
 def test_no_restore_when_repair_is_off():
