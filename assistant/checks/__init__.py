@@ -7,7 +7,8 @@ model involved, and reports only what the edit introduced, located in the after 
 Python, ruff's pyflakes rules and syntax errors (`lint`); for other programming languages,
 tree-sitter's syntax errors (`syntax`); and when the instruction asks only for annotations or
 documentation (`preserving`), any change to the code itself (`structure` for Python, `comments`
-for documentation edits elsewhere). Prose is not checked, and the `Check` says so in its notes.
+for documentation edits elsewhere), and when it asks only for a rename (`renaming`), any change
+to Python code but that rename (`rename`). Prose is not checked, and the `Check` says so in its notes.
 Three functions say how to repair such an edit without a model, as `Fix`es of the after text:
 `unbroken_edit` which of its changed lines to undo so that it no longer breaks the syntax,
 `restorable_edit` how to undo the code it changed (Python), and `typing_import_edit` which imports
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 from assistant.checks.comments import check_comments
 from assistant.checks.imports import typing_imports
-from assistant.checks.instructions import preserving
+from assistant.checks.instructions import preserving, renaming
 from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
+from assistant.checks.rename import check_rename
 from assistant.checks.report import Check, Fix, Problem, applied, combine
 from assistant.checks.structure import check_structure, restorable
 from assistant.checks.syntax import GRAMMARS, check_syntax
@@ -37,11 +39,13 @@ def check_edit(before: str, after: str, *, language: str | None, instruction: st
     `timeout` bounds each run of an external checker, in seconds."""
     if language is None:
         return Check(notes=("unchecked: prose or an unknown language",))
-    kind = preserving(instruction)
+    kind, rename = preserving(instruction), renaming(instruction)
     if language == "python":
         checks = [check_python(before, after, timeout)]
         if kind is not None:
             checks.append(check_structure(before, after, kind))
+        elif rename is not None:
+            checks.append(check_rename(before, after, *rename))
         return combine(checks)
     if language not in GRAMMARS:
         return Check(notes=(f"unchecked: no checker for language {language!r}",))

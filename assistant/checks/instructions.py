@@ -28,6 +28,15 @@ _CODE_ADDITION = re.compile(r"\b(?:add|write|create|insert|introduce|make|use|in
 _CLAUSES = re.compile(r"[.;!?\n]+|,\s*(?:and\s+)?|\b(?:and|then|also|plus)\s+(?=(?:please\s+)?"
                       r"(?:add|write|create|insert|make|use|fix|change|update|put|include|define|wrap)\b)")
 _POLITE = re.compile(r"(?:please|thanks?|thank you|ok|okay)?")
+_NAME = r"[`'\"]?(?P<{}>[A-Za-z_][A-Za-z0-9_]*{})[`'\"]?"
+_KIND = r"(?:(?:the|a)\s+)?(?:local\s+|global\s+)?(?:variable|parameter|argument|function|method|class|constant|name)?\s*"
+_NOT_NAMES = {"variable", "variables", "parameter", "parameters", "argument", "arguments", "function", "functions",
+              "method", "methods", "class", "classes", "constant", "constants", "name", "names", "it", "this",
+              "that", "them", "these", "those", "everything", "all"}
+_RENAME = re.compile(
+    r"\s*(?:please\s+)?rename\s+" + _KIND + _NAME.format("old", "")
+    + r"(?:\s+(?:in|inside|within|of)\s+(?:the\s+)?(?:function|method|class)?\s*" + _NAME.format("scope", r"(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+    + r"(?:\(\))?)?\s+(?:to|as)\s+" + _NAME.format("new", "") + r"\s*[.!]?\s*", re.IGNORECASE)
 
 
 def preserving(instruction: str) -> str | None:
@@ -46,3 +55,12 @@ def preserving(instruction: str) -> str | None:
     if "annotations" in kinds:
         return "annotations"
     return "documentation" if kinds else None
+
+
+def renaming(instruction: str) -> tuple[str, str, str | None] | None:
+    """(old name, new name, the qualified name of the function or class to rename in, or None) when the
+    whole instruction asks for one rename ("Rename the local variable `x` in `parse` to `y`."), else None."""
+    match = _RENAME.fullmatch(instruction)
+    if match is None or match["old"] == match["new"] or match["old"].lower() in _NOT_NAMES:
+        return None
+    return match["old"], match["new"], match["scope"]
