@@ -7,7 +7,9 @@ the edit is parsed, the rename is made on its tree, and the result is compared w
 text's, definition by definition, as the structure check compares them (`structure.compare`):
 annotations and docstrings are left out, so only code counts.
 
-A rename inside a named function or class renames the variables, parameters and nested definitions
+The rename is made only on the lines the edit changed (from the first to the last): lines it left
+as they were, as outside a selection, are not the model's to rename. A rename inside a named
+function or class renames the variables, parameters and nested definitions
 of that name within it; when no module-level name is the old name, the same rename of the variables
 of other functions is taken too (a small model often makes it, and it changes nothing they do), but
 not of their parameters, which callers may name. Without a scope the name may be anything, so two readings are tried, the
@@ -20,58 +22,58 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
 
 from assistant.checks.report import Check
 from assistant.checks.structure import Outline, compare, outline
 
 
 class Renamer(ast.NodeTransformer):
-    """Renames `old` to `new` in a tree: the names of variables, parameters and definitions, and, when
-    `broadly`, attributes, keyword arguments and strings equal to `old` too."""
+    """Renames `old` to `new` on the given lines of a tree: the names of variables, parameters and
+    definitions, and, when `broadly`, attributes, keyword arguments and strings equal to `old` too."""
 
-    def __init__(self, old: str, new: str, broadly: bool) -> None:
-        self.old, self.new, self.broadly = old, new, broadly
+    def __init__(self, old: str, new: str, broadly: bool, lines: range) -> None:
+        self.old, self.new, self.broadly, self.lines = old, new, broadly, lines
 
-    def _renamed(self, name: str | None) -> str | None:
-        return self.new if name == self.old else name
+    def _renamed(self, name: str | None, node: ast.AST, broad: bool = False) -> str | None:
+        here = getattr(node, "lineno", None) in self.lines and (self.broadly or not broad)
+        return self.new if name == self.old and here else name
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
-        node.id = self._renamed(node.id) or node.id
+        node.id = self._renamed(node.id, node) or node.id
         return node
 
     def visit_arg(self, node: ast.arg) -> ast.arg:
-        node.arg = self._renamed(node.arg) or node.arg
+        node.arg = self._renamed(node.arg, node) or node.arg
         return self.generic_visit(node)
 
     def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> ast.AST:
-        node.name = self._renamed(node.name) or node.name
+        node.name = self._renamed(node.name, node) or node.name
         return self.generic_visit(node)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _definition
 
     def visit_Global(self, node: ast.Global | ast.Nonlocal) -> ast.AST:
-        node.names = [self._renamed(name) or name for name in node.names]
+        node.names = [self._renamed(name, node) or name for name in node.names]
         return node
 
     visit_Nonlocal = visit_Global
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
-        node.name = self._renamed(node.name)
+        node.name = self._renamed(node.name, node)
         return self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        if self.broadly:
-            node.attr = self._renamed(node.attr) or node.attr
+        node.attr = self._renamed(node.attr, node, broad=True) or node.attr
         return self.generic_visit(node)
 
     def visit_keyword(self, node: ast.keyword) -> ast.AST:
-        if self.broadly:
-            node.arg = self._renamed(node.arg)
+        node.arg = self._renamed(node.arg, node, broad=True)
         return self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> ast.Constant:
-        if self.broadly and node.value == self.old:
-            node.value = self.new
+        if isinstance(node.value, str):
+            node.value = self._renamed(node.value, node, broad=True)
         return node
 
 
@@ -90,11 +92,12 @@ def check_rename(before: str, after: str, old: str, new: str, scope: str | None)
         return Check(notes=(f"rename not checked: no function or class `{scope}` in the text before the edit",))
     if not any(old in _identifiers(node) for node in ast.walk(target)):
         return Check(notes=(f"rename not checked: no `{old}` in the text before the edit",))
-    readings = [_renamed(tree, scope, Renamer(old, new, broadly=False))]
+    lines = _changed_lines(before, after)
+    readings = [_renamed(tree, scope, Renamer(old, new, False, lines))]
     if scope is None:
-        readings.append(_renamed(tree, None, Renamer(old, new, broadly=True)))
+        readings.append(_renamed(tree, None, Renamer(old, new, True, lines)))
     elif old not in _module_names(tree):
-        readings.append(_locals_renamed(readings[0], old, new))
+        readings.append(_locals_renamed(readings[0], old, new, lines))
     found = [compare(Outline(typing_allowed=False).outline(reading), new_outline, after) for reading in readings]
     return Check(tuple(min(found, key=len)), ("rename",))
 
@@ -110,14 +113,23 @@ def _renamed(tree: ast.Module, scope: str | None, renamer: Renamer) -> ast.Modul
     return renamed
 
 
-def _locals_renamed(tree: ast.Module, old: str, new: str) -> ast.Module:
+def _changed_lines(before: str, after: str) -> range:
+    """The lines of `before` (1-based) from the first to the last that the edit changed: a rename is made
+    only there, since lines the edit left as they were (outside a selection, say) are not the model's."""
+    old_lines, new_lines = before.splitlines(), after.splitlines()
+    changed = [(i1, i2) for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
+               if tag != "equal"]
+    return range(changed[0][0] + 1, changed[-1][1] + 1) if changed else range(0)
+
+
+def _locals_renamed(tree: ast.Module, old: str, new: str, lines: range) -> ast.Module:
     """A copy of `tree` with the variable `old` renamed in every function (not its parameters): a local
     rename made in other functions too changes nothing they do, when no module-level name is `old`."""
     renamed = copy.deepcopy(tree)
     for function in ast.walk(renamed):
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             for node in (node for part in function.body for node in ast.walk(part)):
-                if isinstance(node, ast.Name) and node.id == old:
+                if isinstance(node, ast.Name) and node.id == old and node.lineno in lines:
                     node.id = new
     return renamed
 

@@ -375,8 +375,10 @@ def checked(result) -> str:
         return ""
     if not check.checked:
         return f"; unchecked ({'; '.join(check.notes).removeprefix('unchecked: ')})"
-    kept = sum(repair.kept for repair in result.repairs)
-    repaired = f", {len(result.repairs)} repair passes ({kept} kept)" if result.repairs else ""
+    passes = [repair for repair in result.repairs if repair.model]
+    fixed = ", fixed without a model" if any(repair.kept and not repair.model for repair in result.repairs) else ""
+    kept = sum(repair.kept for repair in passes)
+    repaired = fixed + (f", {len(passes)} repair passes ({kept} kept)" if passes else "")
     left = len(check.problems)
     return f"; checked ({', '.join(check.ran)}){repaired}: {left or 'no'} problem{'' if left == 1 else 's'} left"
 

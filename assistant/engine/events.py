@@ -75,8 +75,9 @@ class Repairing:
 
 @dataclass(frozen=True)
 class Repair:
-    """One repair pass: the problems of the answer it repaired and of its own answer (offsets in each),
-    whether its answer was kept (it finished with fewer problems than before), and its cost."""
+    """One repair: the problems of the answer it repaired and of its own answer (offsets in each), whether
+    its answer was kept (it finished with fewer problems than before), its cost, and whether it was a
+    pass of the model or fixes made without one (`model` false: then `stats` is NOTHING)."""
 
     attempt: int
     problems_before: tuple[Problem, ...]
@@ -84,11 +85,12 @@ class Repair:
     kept: bool
     stats: Stats  # the pass's generation
     seconds: float  # the pass's wall time, its check included
+    model: bool = True
 
     def to_json(self) -> dict:
         return {"attempt": self.attempt, "problems_before": [p.message for p in self.problems_before],
                 "problems_after": [p.message for p in self.problems_after], "kept": self.kept,
-                "seconds": round(self.seconds, 4), "new_tokens": self.stats.new_tokens}
+                "seconds": round(self.seconds, 4), "new_tokens": self.stats.new_tokens, "model": self.model}
 
 
 @dataclass(frozen=True)

@@ -450,7 +450,7 @@ def problems_of(problems: list[dict]) -> tuple[Problem, ...]:
 def repair_of(repair: dict) -> Repair:
     """A repair pass from assistant serve's JSON (`serve.protocol.repair_json`)."""
     return Repair(repair["attempt"], problems_of(repair["problems_before"]), problems_of(repair["problems_after"]),
-                  repair["kept"], stats_of(repair["stats"]), repair["seconds"])
+                  repair["kept"], stats_of(repair["stats"]), repair["seconds"], repair.get("model", True))
 
 
 def stats_of(figures: dict) -> Stats:

@@ -203,7 +203,8 @@ def restored(edit: Edit, result: Result, check: Check) -> tuple[Repair, Result, 
     if answer is result:
         return None
     kept = len(answer_check.problems) < len(check.problems)
-    repair = Repair(1, check.problems, answer_check.problems, kept, NOTHING, time.perf_counter() - started)
+    repair = Repair(1, check.problems, answer_check.problems, kept, NOTHING, time.perf_counter() - started,
+                    model=False)
     return repair, answer, answer_check
 
 

@@ -290,7 +290,7 @@ def repair_json(repair: Repair) -> dict:
     """A repair pass, whole (a remote door rebuilds it): its problems before and after, and its figures."""
     return {"attempt": repair.attempt, "kept": repair.kept, "seconds": round(repair.seconds, 4),
             "stats": repair.stats.to_json(), "problems_before": [p.to_json() for p in repair.problems_before],
-            "problems_after": [p.to_json() for p in repair.problems_after]}
+            "problems_after": [p.to_json() for p in repair.problems_after], "model": repair.model}
 
 
 def usage(result: Result, predicted: bool) -> dict:

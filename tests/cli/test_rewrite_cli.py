@@ -33,7 +33,7 @@ from assistant.cli.rewrite import (
     write_atomically,
 )
 from assistant.engine.assistant import Result, Stats
-from assistant.engine.events import Repair
+from assistant.engine.events import NOTHING, Repair
 from assistant.engine.output import Span
 
 FAST = ["--max-new-tokens", "64"]  # enough for the tiny files here to finish
@@ -297,6 +297,9 @@ def test_the_summary_names_repairs_and_problems_left_or_unchecked():
     assert "20 tokens in 8 steps" in line and "~5.0x faster" in line  # the 15 tokens streamed, in 0.3 s
     clean = with_problems("def add(a: int, b: int) -> int:\n    return a + b\n")
     assert summary(clean, []).endswith("; checked (ruff, structure): no problems left")
+    fixed = Repair(1, repair.problems_before, (), True, NOTHING, 0.02, model=False)
+    assert summary(with_problems(repairs=(fixed, repair)), []).endswith(
+        "; checked (ruff, structure), fixed without a model, 1 repair passes (1 kept): 3 problems left")
     prose = Result("Hello.\n", [], clean.stats, "eos", "m", "float32",
                    check=Check(notes=("unchecked: prose or an unknown language",)))
     assert summary(prose, []).endswith("; unchecked (prose or an unknown language)")

@@ -234,7 +234,9 @@ function showRepairing(msg) {
 // The problems the answer kept, each a link to its line in the output; or why it was not checked.
 function showChecks(msg) {
   const problems = msg.problems || [], checks = msg.checks || { ran: [], notes: [] };
-  const kept = (msg.repairs || []).filter((r) => r.kept).length;
+  const passes = (msg.repairs || []).filter((r) => r.model !== false);
+  const kept = passes.filter((r) => r.kept).length;
+  const fixed = (msg.repairs || []).some((r) => r.kept && r.model === false) ? ", fixed without a model" : "";
   const n = problems.length;
   els.checks.className = n ? "checks problems-found" : "checks";
   els.problems.textContent = "";
@@ -243,7 +245,7 @@ function showChecks(msg) {
     els.checksSummary.textContent = why ? `unchecked: ${why}` : "unchecked";
     return;
   }
-  const repaired = kept ? `, repaired (${kept} pass${kept === 1 ? "" : "es"} kept)` : "";
+  const repaired = fixed + (kept ? `, repaired (${kept} pass${kept === 1 ? "" : "es"} kept)` : "");
   els.checksSummary.textContent = `checked (${checks.ran.join(", ")})${repaired}: ` +
     (n ? `${n} problem${n === 1 ? "" : "s"} left` : "no problems");
   for (const p of problems) {
