@@ -11,14 +11,14 @@ for documentation edits elsewhere), and when it asks only for a rename (`renamin
 to Python code but that rename (`rename`). Prose is not checked, and the `Check` says so in its notes.
 Three functions say how to repair such an edit without a model, as `Fix`es of the after text:
 `unbroken_edit` which of its changed lines to undo so that it no longer breaks the syntax,
-`restorable_edit` how to undo the code it changed (Python), and `typing_import_edit` which imports
-of `typing` a type-hint edit forgot (Python).
+`restorable_edit` how to undo the code it changed (Python), and `hint_fix_edit` how to define the
+names a type-hint edit used undefined, when that needs no guess (Python).
 """
 
 from __future__ import annotations
 
 from assistant.checks.comments import check_comments
-from assistant.checks.imports import typing_imports
+from assistant.checks.hints import hint_fixes
 from assistant.checks.instructions import preserving, renaming
 from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
@@ -28,8 +28,18 @@ from assistant.checks.structure import check_structure, restorable
 from assistant.checks.syntax import GRAMMARS, check_syntax
 from assistant.checks.unbreak import unbreaking
 
-__all__ = ["Check", "Fix", "Problem", "applied", "check_edit", "language_of", "preserving", "restorable_edit",
-           "typing_import_edit", "unbroken_edit"]
+__all__ = [
+    "Check",
+    "Fix",
+    "Problem",
+    "applied",
+    "check_edit",
+    "hint_fix_edit",
+    "language_of",
+    "preserving",
+    "restorable_edit",
+    "unbroken_edit",
+]
 
 
 def check_edit(before: str, after: str, *, language: str | None, instruction: str, timeout: float = 5.0) -> Check:
@@ -71,7 +81,7 @@ def unbroken_edit(before: str, after: str, *, language: str | None, instruction:
     return unbreaking(before, after, language) if language is not None and kind is not None else []
 
 
-def typing_import_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
-    """For a Python edit that should only add type hints: the imports of the `typing` names it used and
-    never imported (imports.typing_imports)."""
-    return typing_imports(before, after) if language == "python" and preserving(instruction) == "annotations" else []
+def hint_fix_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
+    """For a Python edit that should only add type hints: the `typing` imports it forgot and the forward
+    references it did not quote (hints.hint_fixes)."""
+    return hint_fixes(before, after) if language == "python" and preserving(instruction) == "annotations" else []

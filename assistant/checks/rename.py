@@ -96,7 +96,7 @@ def check_rename(before: str, after: str, old: str, new: str, scope: str | None)
     readings = [_renamed(tree, scope, Renamer(old, new, False, lines))]
     if scope is None:
         readings.append(_renamed(tree, None, Renamer(old, new, True, lines)))
-    elif old not in _module_names(tree):
+    elif old not in module_names(tree):
         readings.append(_locals_renamed(readings[0], old, new, lines))
     found = [compare(Outline(typing_allowed=False).outline(reading), new_outline, after) for reading in readings]
     return Check(tuple(min(found, key=len)), ("rename",))
@@ -134,7 +134,7 @@ def _locals_renamed(tree: ast.Module, old: str, new: str, lines: range) -> ast.M
     return renamed
 
 
-def _module_names(tree: ast.Module) -> set[str]:
+def module_names(tree: ast.Module) -> set[str]:
     """The names a module binds at its own level (in `if` and `try` statements too, not in definitions)."""
     names: set[str] = set()
     pending: list[ast.AST] = list(tree.body)

@@ -9,7 +9,7 @@ When repairs are allowed and an edit that should only annotate or document broke
 the code of a definition or, adding type hints, used `typing` names it never imported, that is first
 repaired without a model (FIXERS): the fewest changed lines that make the syntax whole again are put
 back as the document had them (`checks.unbroken_edit`), then each definition whose code changed
-(`checks.restorable_edit`), then the missing `typing` imports are written (`checks.typing_import_edit`).
+(`checks.restorable_edit`), then the missing `typing` imports are written and forward references quoted (`checks.hint_fix_edit`).
 Asked to repair such answers, a 1.5B model gives them back unchanged.
 While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
 original instruction followed by the problems, line by line; when some problem is code the edit
@@ -47,7 +47,7 @@ CHANGED_CODE, SYNTAX, UNDEFINED_NAME = "changed-code", "syntax", "F821"
 Finder = Callable[..., list[Fix]]
 # how to repair each kind of problem without a model, in order
 FIXERS: tuple[tuple[str, Finder], ...] = ((SYNTAX, checks.unbroken_edit), (CHANGED_CODE, checks.restorable_edit),
-                                          (UNDEFINED_NAME, checks.typing_import_edit))
+                                          (UNDEFINED_NAME, checks.hint_fix_edit))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""Undefined names in the type hints an edit added that need no model to fix: missing `typing`
+imports and unquoted forward references.
+
+Asked for type hints, a 1.5B model writes `Tuple[float, float]` or `typing.Optional[str]` and no
+import, or `def copy(self) -> Box:` inside `class Box`, evaluated before `Box` exists; either way
+the module fails at import with a NameError (ruff's F821). Neither fix is a guess:
+- a name that is `typing` itself or one `typing` exports gets its import, `import typing` or one
+  `from typing import ...` for the names, on lines of their own before the module's first statement
+  that is neither its docstring nor a `from __future__` import;
+- a name in an annotation that the module defines as a class or at its own level, later than the
+  annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
+  spells it, which changes nothing at run time.
+Any other undefined name is left to a repair pass of the model.
+"""
+
+from __future__ import annotations
+
+import ast
+import typing
+
+from assistant.checks.lint import check_python
+from assistant.checks.positions import LineIndex
+from assistant.checks.rename import module_names
+from assistant.checks.report import Fix, Problem
+
+TYPING_NAMES = frozenset(typing.__all__)
+
+
+def hint_fixes(before: str, after: str) -> list[Fix]:
+    """The Fixes of the names `after` uses undefined where `before` did not (ruff's F821) that are `typing`
+    names or forward references in annotations, in order; none when `after` does not parse."""
+    try:
+        tree = ast.parse(after)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    undefined = [problem for problem in check_python(before, after).problems if problem.code == "F821"]
+    quoted = _forward_references(tree, after, undefined)
+    names = {after[problem.start:problem.end] for problem in undefined} - {after[fix.start:fix.end] for fix in quoted}
+    return sorted(_typing_imports(tree, after, names) + quoted)
+
+
+def _typing_imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
+    """The insertion of the imports of those of `names` that are `typing` or its exports."""
+    lines = ["import typing\n"] if "typing" in names else []
+    imported = sorted(names & TYPING_NAMES)
+    lines += [f"from typing import {', '.join(imported)}\n"] if imported else []
+    at = _first_statement(tree, text)
+    return [Fix(at, at, "".join(lines), None)] if lines and at is not None else []
+
+
+def _first_statement(tree: ast.Module, text: str) -> int | None:
+    """The offset of the line of a module's first statement after its docstring and `__future__` imports
+    (the end of the text when there is none and it ends a line); None where there is no such place."""
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    while body and isinstance(body[0], ast.ImportFrom) and body[0].module == "__future__":
+        body = body[1:]
+    if not body:
+        return len(text) if text.endswith(("\n", "\r")) or not text else None
+    first = min([body[0].lineno, *(decorator.lineno for decorator in getattr(body[0], "decorator_list", []))])
+    return LineIndex(text).offset(first - 1, 0)
+
+
+def _forward_references(tree: ast.Module, text: str, undefined: list[Problem]) -> list[Fix]:
+    """The quoting of each undefined name that stands as a name in an annotation and is a class of the
+    module or a name it binds at its own level."""
+    defined = module_names(tree) | {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    lines = LineIndex(text)
+    names = {}
+    for annotation in _annotations(tree):
+        for node in ast.walk(annotation):
+            if isinstance(node, ast.Name) and node.id in defined:
+                start = lines.offset_utf8(node.lineno - 1, node.col_offset)
+                names[start, start + len(node.id)] = node.id
+    return [Fix(problem.start, problem.end, f'"{names[problem.start, problem.end]}"', None)
+            for problem in undefined if (problem.start, problem.end) in names]
+
+
+def _annotations(tree: ast.Module) -> list[ast.expr]:
+    """The annotations of arguments, returns and annotated assignments in a module."""
+    found: list[ast.expr | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            found.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+    return [annotation for annotation in found if annotation is not None]

@@ -1,0 +1,51 @@
+"""The `typing` imports a type-hint edit forgot, written without a model."""
+
+from __future__ import annotations
+
+from assistant.checks import applied, check_edit, hint_fix_edit
+
+HINTS = "Add type hints to every function."
+BEFORE = '"""Colours."""\n\nfrom __future__ import annotations\n\nimport math\n\n\ndef hls(h, s):\n    return h, s\n'
+AFTER = BEFORE.replace("def hls(h, s):", "def hls(h: float, s: typing.Optional[float]) -> Tuple[float, float]:")
+
+
+def test_the_imports_go_after_the_docstring_and_future_imports():
+    [fix] = hint_fix_edit(BEFORE, AFTER, language="python", instruction=HINTS)
+    assert fix.source is None and fix.start == fix.end == AFTER.index("import math")
+    fixed = applied(AFTER, [fix])
+    assert "annotations\n\nimport typing\nfrom typing import Tuple\nimport math\n" in fixed
+    assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
+
+
+def test_names_typing_does_not_export_are_left_to_the_model():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: float, s: Colour) -> float:")
+    assert hint_fix_edit(BEFORE, after, language="python", instruction=HINTS) == []
+
+
+def test_only_type_hint_edits_get_imports():
+    assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Add docstrings.") == []
+    assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Fix the bug.") == []
+
+
+def test_a_module_of_definitions_only_gets_them_first():
+    before, after = "def f(x):\n    return x\n", "@cache\ndef f(x: List[int]) -> int:\n    return x\n"
+    [fix] = hint_fix_edit(before, after, language="python", instruction=HINTS)
+    assert applied(after, [fix]).startswith("from typing import List\n@cache\n")
+
+
+def test_forward_references_are_quoted_where_they_stand():
+    before = "class Box:\n    def copy(self):\n        return self\n\n\ndef wrap(x):\n    return [x]\n\n\nclass Later:\n    pass\n"
+    after = before.replace("def copy(self):", "def copy(self) -> Box:").replace(
+        "def wrap(x):", "def wrap(x: Later) -> List[Later]:")
+    fixed = applied(after, hint_fix_edit(before, after, language="python", instruction=HINTS))
+    assert 'def copy(self) -> "Box":' in fixed and 'def wrap(x: "Later") -> List["Later"]:' in fixed
+    assert fixed.startswith("from typing import List\nclass Box:")
+    assert check_edit(before, fixed, language="python", instruction=HINTS).problems == ()
+    exec(compile(fixed, "<fixed>", "exec"), {})  # it imports
+
+
+def test_a_name_used_as_a_value_is_never_quoted():
+    before = "def make(kind):\n    return kind\n\n\nclass Box:\n    pass\n"
+    after = "def make(kind=Box) -> Box:\n    return kind\n\n\nclass Box:\n    pass\n"
+    [fix] = hint_fix_edit(before, after, language="python", instruction=HINTS)
+    assert applied(after, [fix]) == after.replace("-> Box", '-> "Box"')  # the default stays undefined
