@@ -24,7 +24,8 @@ from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
 from assistant.checks.rename import check_rename
 from assistant.checks.report import Check, Fix, Problem, applied, combine
-from assistant.checks.structure import check_structure, restorable
+from assistant.checks.restore import restorable
+from assistant.checks.structure import check_structure
 from assistant.checks.syntax import GRAMMARS, check_syntax
 from assistant.checks.unbreak import unbreaking
 
@@ -68,8 +69,8 @@ def check_edit(before: str, after: str, *, language: str | None, instruction: st
 
 
 def restorable_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
-    """For a Python edit that should only annotate or document: the definitions whose code it changed, as
-    replacements of their lines in `after` by their lines in `before` (structure.restorable); else none."""
+    """For a Python edit that should only annotate or document: the Fixes that undo the code it changed,
+    removed or added (restore.restorable); else none."""
     kind = preserving(instruction)
     return restorable(before, after, kind) if language == "python" and kind is not None else []
 

@@ -9,10 +9,7 @@ What is left is compared per function and class by qualified name, so a differen
 as "the edit changed code in `hls_to_rgb`" at the changed statements of that function in the
 after text, "the edit removed `name`" where the definition was, or "the edit added `name`".
 
-`restorable` says how to undo such changes without a model: in each innermost changed definition,
-the lines of the statements that differ go back to those statements' lines in the before text (the
-whole definition's, annotations and docstring with them, when its signature changed), which by
-construction removes its difference.
+`restore` says how to undo such changes without a model.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ import ast
 from dataclasses import dataclass
 
 from assistant.checks.positions import LineIndex
-from assistant.checks.report import Check, Fix, Problem, restoring
+from assistant.checks.report import Check, Problem
 
 Span = tuple[int, int, int, int]  # first row, byte column, last row, byte column (as ast counts them)
 TYPING_MODULES = {"typing", "typing_extensions", "collections.abc", "types", "__future__"}
@@ -143,7 +140,7 @@ def _where(scope: Scope, preposition: str = "in") -> str:
     return f"{preposition} `{scope.title}`" if scope.name else "at module level"
 
 
-def _differing(old: Scope, new: Scope) -> tuple[int, int, int] | None:
+def differing(old: Scope, new: Scope) -> tuple[int, int, int] | None:
     """Where two versions of a scope's body differ: the first statement that differs, and the end of the
     differing statements in the old and in the new body; None where the bodies are the same."""
     first, shortest = 0, min(len(old.statements), len(new.statements))
@@ -161,10 +158,10 @@ def _changed_statements(old: Scope, new: Scope, lines: LineIndex) -> Problem | N
     """The first to last statement that differs between two versions of a scope's body, as one Problem."""
     if old.header != new.header:
         return _problem(f"the edit changed code {_where(new)}", new.span, lines)
-    differing = _differing(old, new)
-    if differing is None:
+    found = differing(old, new)
+    if found is None:
         return None
-    first, last_old, last_new = differing
+    first, last_old, last_new = found
     if last_new == first:  # statements removed: point between their neighbours
         at = new.spans[first][:2] if first < len(new.spans) else new.span[2:]
         return _problem(f"the edit removed code {_where(new, 'from')}", (*at, *at), lines)
@@ -197,54 +194,6 @@ def compare(old: dict[str, Scope], new: dict[str, Scope], after: str) -> list[Pr
         if changed is not None:
             problems.append(changed)
     return sorted(problems, key=lambda problem: (problem.start, problem.end))
-
-
-def restorable(before: str, after: str, kind: str) -> list[Fix]:
-    """For each innermost function or class whose code the edit changed (not the module's own statements):
-    the whole lines of its differing statements put back as they were before the edit (its docstring and
-    annotations stay as the edit wrote them), or those of the whole definition when its signature, bases
-    or decorators changed or it holds definitions of its own (whose lines may lie among its statements'); in
-    order. None where a text does not parse or a definition moved to another
-    indentation."""
-    old, new = outline(before, kind == "annotations"), outline(after, kind == "annotations")
-    if old is None or new is None:
-        return []
-    changed = [name for name in old.keys() & new.keys()
-               if name and (old[name].header != new[name].header or old[name].statements != new[name].statements)]
-    innermost = [name for name in changed if not any(other.startswith(f"{name}.") for other in changed)]
-    if any(old[name].span[1] != new[name].span[1] for name in innermost):
-        return []
-    before_lines, after_lines = LineIndex(before), LineIndex(after)
-    parents = {scope.parent for scope in [*old.values(), *new.values()]}
-    return sorted(_restoring(before_lines, after_lines, old[name], new[name], old[name].title in parents)
-                  for name in innermost)
-
-
-def _restoring(before: LineIndex, after: LineIndex, old: Scope, new: Scope, nesting: bool) -> Fix:
-    """The Fix that puts a changed definition's differing statements back (see `restorable`)."""
-    differing = _differing(old, new)
-    whole = restoring(before.text, _lines(after, new.span), _lines(before, old.span))
-    if old.header != new.header or differing is None or nesting:
-        return whole
-    first, last_old, last_new = differing
-    if first < min(last_old, last_new) and old.spans[first][1] != new.spans[first][1]:
-        return whole  # the body moved to another indentation
-    return restoring(before.text, _statement_lines(after, new, first, last_new),
-                     _statement_lines(before, old, first, last_old))
-
-
-def _statement_lines(lines: LineIndex, scope: Scope, first: int, end: int) -> tuple[int, int]:
-    """The character range of the whole lines of a scope's statements first..end (exclusive); where there
-    are none, the empty range where they would be: before statement `end`, else after the scope."""
-    if first < end:
-        return _lines(lines, (*scope.spans[first][:2], *scope.spans[end - 1][2:]))
-    at = lines.offset(scope.spans[end][0] - 1, 0) if end < len(scope.spans) else lines.offset(scope.span[2], 0)
-    return at, at
-
-
-def _lines(lines: LineIndex, span: Span) -> tuple[int, int]:
-    """The character range of the whole lines a span covers, their last line break included."""
-    return lines.offset(span[0] - 1, 0), lines.offset(span[2], 0)
 
 
 def check_structure(before: str, after: str, kind: str) -> Check:

@@ -216,7 +216,8 @@ def respliced(spans: list[Span], fixes: list[Fix]) -> list[Span]:
     def fix_next() -> None:
         nonlocal shift, at
         fix = fixes[at]
-        result.append(Span((fix.start + shift, fix.start + shift + len(fix.text)), fix.source))
+        if fix.text:
+            result.append(Span((fix.start + shift, fix.start + shift + len(fix.text)), fix.source))
         shift, at = shift + len(fix.text) - (fix.end - fix.start), at + 1
 
     for span in spans:

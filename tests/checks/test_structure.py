@@ -197,3 +197,43 @@ def test_added_and_changed_statements_go_and_the_hints_stay():
 def test_statements_removed_at_the_end_go_after_the_last_line():
     after = RESTORE_BEFORE.replace("        Exception.__init__(self, msg, opt)\n", "")
     assert restored(after) == RESTORE_BEFORE
+
+
+MODULE = dedent('''\
+    """Wrapping."""
+
+    __all__ = ["wrap", "fill", "shorten"]
+
+
+    def wrap(text):
+        return text.split()
+
+
+    def fill(text):
+        return "\\n".join(wrap(text))
+
+    ALIAS = fill
+
+
+    def shorten(text):
+        return text[:10]
+    ''')
+
+
+def test_removed_definitions_go_back_where_they_stood():
+    """The model's textwrap answer dropped `wrap` and `fill`: both go back before the surviving code after them."""
+    after = MODULE.replace('def wrap(text):\n    return text.split()\n\n\ndef fill(text):\n    return "\\n".join(wrap(text))\n\n',
+                           "")
+    after = after.replace("def shorten(text):", 'def shorten(text):\n    """The first ten characters."""')
+    assert restored_module(after) == MODULE.replace("def shorten(text):",
+                                                     'def shorten(text):\n    """The first ten characters."""')
+
+
+def test_an_added_definition_goes():
+    after = MODULE.replace("\n\ndef shorten(text):", "\n\ndef helper():\n    return 1\n\n\ndef shorten(text):")
+    assert restored_module(after) == MODULE
+
+
+def restored_module(after: str) -> str:
+    from assistant.checks import applied, restorable_edit
+    return applied(after, restorable_edit(MODULE, after, language="python", instruction="Add docstrings."))

@@ -16,7 +16,7 @@ import uvicorn
 
 from assistant.checks import Check, Problem
 from assistant.engine.assistant import Delta, Queued, Result, Stats, TurnQueue, check_request
-from assistant.engine.events import Repairing
+from assistant.engine.events import Repair, Repairing
 from assistant.engine.output import Span, merge_spans
 from assistant.web.app import server_config
 
@@ -56,13 +56,15 @@ class FakeAssistant:
     from (offsets in code points, as the engine's); one generation at a time, in arrival order, through the
     engine's own TurnQueue. `fail_after` steps it raises, as a broken engine would. Asked for a `language`,
     it checks the answer as the engine does: it finds `problems` (offsets in the answer) and, when there
-    are some, announces a repair pass (`Repairing`) that lasts until `repaired` is set, and keeps them."""
+    are some, announces a repair pass (`Repairing`) that lasts until `repaired` is set, and keeps them,
+    with `repairs` as the Result's."""
 
     strategy = "pld"
 
     def __init__(self, chars: int = 4, step_seconds: float = 0.01, fail_after: int | None = None,
-                 problems: tuple[Problem, ...] = ()):
+                 problems: tuple[Problem, ...] = (), repairs: tuple[Repair, ...] = ()):
         self.chars, self.step_seconds, self.fail_after, self.problems = chars, step_seconds, fail_after, problems
+        self.repairs = repairs
         self.repaired = threading.Event()
         self.turns = TurnQueue()
         self.lock = threading.Lock()
@@ -106,7 +108,8 @@ class FakeAssistant:
             if check is not None and check.problems:
                 yield Repairing(check.problems, 1)
                 self.repaired.wait(timeout=60)
-            yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans, check=check)
+            yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans, check=check,
+                         repairs=self.repairs if check is not None else ())
         finally:
             time.sleep(self.step_seconds)  # like the engine, it takes a moment to let go after its Result
             self.turns.leave(ticket)

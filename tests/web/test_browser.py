@@ -8,6 +8,7 @@ import pytest
 from playground import FakeAssistant, serve
 
 from assistant.checks import Problem
+from assistant.engine.events import NOTHING, Repair
 from assistant.web.app import create_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -202,7 +203,8 @@ def test_page_shows_the_problems_an_answer_kept_each_linked_to_its_line(browser)
 
     document = "def add(a, b):\n    return plus(a, b)\n"
     problem = Problem("undefined name `plus`", 26, 30, "F821", "ruff")
-    fake = FakeAssistant(chars=5, step_seconds=0.0, problems=(problem,))
+    fixed = Repair(1, (problem, problem), (problem,), True, NOTHING, 0.01, model=False)
+    fake = FakeAssistant(chars=5, step_seconds=0.0, problems=(problem,), repairs=(fixed,))
     with serve(create_app(lambda: fake, "fake")) as address:
         page = browser.new_page()
         try:
@@ -215,7 +217,7 @@ def test_page_shows_the_problems_an_answer_kept_each_linked_to_its_line(browser)
             expect(page.locator("#checks-summary")).to_contain_text("repairing", timeout=60_000)
             fake.repaired.set()
             expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
-            expect(page.locator("#checks-summary")).to_have_text("checked (fake): 1 problem left")
+            expect(page.locator("#checks-summary")).to_have_text("checked (fake), fixed without a model: 1 problem left")
             listed = page.locator("#problems button")
             expect(listed).to_have_count(1)
             expect(listed).to_have_text("line 2: undefined name `plus` [F821]")
