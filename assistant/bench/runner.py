@@ -123,14 +123,21 @@ def plan(args) -> Plan:
     if args.max_draft is not None and not 1 <= args.max_draft <= MAX_DRAFT:
         raise BenchError(f"--max-draft must be between 1 and {MAX_DRAFT}")
     records = []
+    chosen = split_list(args.records) if args.records else None
     for task in dict.fromkeys(tasks):
         try:
             available = data.load(task)
         except (data.DataError, OSError) as error:
             raise BenchError(f"cannot read the {task} data: {error}") from error
-        if args.samples > len(available):
+        if chosen is not None:
+            records += [record for record in available if record.id in chosen]
+        elif args.samples > len(available):
             raise BenchError(f"--samples {args.samples} is more than the {len(available)} {task} eval records")
-        records += data.sample(available, args.samples)
+        else:
+            records += data.sample(available, args.samples)
+    unknown = sorted(set(chosen or ()) - {record.id for record in records})
+    if unknown:
+        raise BenchError(f"no record {unknown[0]!r} in the tasks {', '.join(tasks)}")
     out = args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.busy < 0:
         raise BenchError("--busy must be 0 or more")

@@ -25,6 +25,8 @@ def register(commands) -> None:
                              "an engine strategy may name other weights (pld+h@float32) or another number of "
                              "repair passes (pld+h@repairs=0: repair off)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
+    parser.add_argument("--records", help="comma-separated record ids (as rows.jsonl names them) to run instead of "
+                                          "--samples of each task: a run again, on just the records that matter")
     parser.add_argument("--max-new-tokens", type=int,
                         help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
                              "front doors give, room for a whole rewrite)")

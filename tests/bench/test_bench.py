@@ -66,6 +66,7 @@ def test_strategies_on_other_weights_run_after_ar_and_before_the_rest():
     (("--samples", "0"), "at least 1"),
     (("--max-new-tokens", "0"), "at least 1"),
     (("--max-draft", "0"), "--max-draft must be between 1 and"),
+    (("--tasks", "fix", "--records", "Python/1,Python/999"), "no record 'Python/999' in the tasks fix"),
 ])
 def test_bad_arguments_exit_2_before_loading(no_model, capsys, argv, message):
     assert cli.main(["bench", *argv]) == 2
@@ -78,6 +79,11 @@ def test_unreadable_data_exits_2(no_model, monkeypatch, capsys):
     monkeypatch.setattr(data, "load", broken)
     assert cli.main(["bench"]) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+def test_records_run_just_the_records_named():
+    planned = runner.plan(parse("--tasks", "fix,preserve", "--records", "preserve-timeit-type-hints,Python/1")).records
+    assert [record.id for record in planned] == ["Python/1", "preserve-timeit-type-hints"]
 
 
 def test_samples_spread_over_every_source_of_a_task():
