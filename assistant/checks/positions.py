@@ -11,9 +11,11 @@ line text the old document lacks are taken to be the new ones.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
+from itertools import pairwise
 from typing import TypeVar
 
 _BREAK = re.compile(r"\r\n|\r|\n")
@@ -59,6 +61,19 @@ class LineIndex:
                 return start + count
             size += len(character.encode("utf-8", "replace"))
         return start + len(prefix)
+
+
+def line_diff(before: str, after: str) -> tuple[list[str], list[str], list[tuple[str, int, int, int, int]]]:
+    """The lines of two texts, each with its break (as LineIndex and the parsers count lines: a form feed
+    does not end one), and difflib's opcodes between them, with no junk heuristic."""
+    old, new = _lines(before), _lines(after)
+    return old, new, difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+
+
+def _lines(text: str) -> list[str]:
+    starts = [0] + [match.end() for match in _BREAK.finditer(text)]
+    lines = [text[a:b] for a, b in pairwise([*starts, len(text)])]
+    return lines if lines[-1] else lines[:-1]
 
 
 def encode(text: str) -> bytes:

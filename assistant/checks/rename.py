@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 
+from assistant.checks.positions import line_diff
 from assistant.checks.report import Check
 from assistant.checks.structure import Outline, compare, outline
 
@@ -116,9 +116,7 @@ def _renamed(tree: ast.Module, scope: str | None, renamer: Renamer) -> ast.Modul
 def _changed_lines(before: str, after: str) -> range:
     """The lines of `before` (1-based) from the first to the last that the edit changed: a rename is made
     only there, since lines the edit left as they were (outside a selection, say) are not the model's."""
-    old_lines, new_lines = before.splitlines(), after.splitlines()
-    changed = [(i1, i2) for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
-               if tag != "equal"]
+    changed = [(i1, i2) for tag, i1, i2, _, _ in line_diff(before, after)[2] if tag != "equal"]
     return range(changed[0][0] + 1, changed[-1][1] + 1) if changed else range(0)
 
 

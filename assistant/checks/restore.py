@@ -16,10 +16,9 @@ text before the edit at its source, or empty.
 
 from __future__ import annotations
 
-import difflib
 from itertools import pairwise
 
-from assistant.checks.positions import LineIndex
+from assistant.checks.positions import LineIndex, line_diff
 from assistant.checks.report import Fix, restoring
 from assistant.checks.structure import Scope, Span, differing, outline
 
@@ -103,9 +102,9 @@ def _place(scope: Scope, old: dict[str, Scope], new: dict[str, Scope], row: int)
 def _row_map(before: str, after: str) -> list[int]:
     """For each line of `before` (and one past its last), the line of `after` it became or, where the
     edit removed or replaced it, the first line of `after` in its place (0-based)."""
-    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    old, new, opcodes = line_diff(before, after)
     rows = [0] * (len(old) + 1)
-    for tag, i1, i2, j1, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, _ in opcodes:
         for i in range(i1, i2):
             rows[i] = j1 + (i - i1) if tag == "equal" else j1
     rows[len(old)] = len(new)

@@ -18,10 +18,9 @@ syntax error that `before` lacks; there are none when no set of at most LIMIT hu
 from __future__ import annotations
 
 import ast
-import difflib
 from collections.abc import Callable
 
-from assistant.checks.positions import LineIndex
+from assistant.checks.positions import LineIndex, line_diff
 from assistant.checks.report import Fix, applied, restoring
 from assistant.checks.syntax import GRAMMARS, GrammarError, check_syntax
 
@@ -84,10 +83,10 @@ def _python_error(text: str) -> int | None:
 def _hunks(before: str, after: str) -> list[Fix]:
     """The edit's changed runs of whole lines, a run that replaced as many lines as it has split line by line:
     the range of `after` each is, and the range of `before` it replaced."""
-    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    old, new, opcodes = line_diff(before, after)
     old_starts, new_starts = _starts(old), _starts(new)
     hunks = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "replace" and i2 - i1 == j2 - j1:
             hunks += [restoring(before, (new_starts[j], new_starts[j + 1]), (old_starts[i], old_starts[i + 1]))
                       for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]

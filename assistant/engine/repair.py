@@ -8,9 +8,10 @@ given in offsets of the answer (those outside the rewritten range at its nearer 
 When repairs are allowed and an edit that should only annotate or document broke the syntax, changed
 the code of a definition or, adding type hints, used `typing` names it never imported, that is first
 repaired without a model (FIXERS): the fewest changed lines that make the syntax whole again are put
-back as the document had them (`checks.unbroken_edit`), then each definition whose code changed
-(`checks.restorable_edit`), then the missing `typing` imports are written and forward references quoted (`checks.hint_fix_edit`).
-Asked to repair such answers, a 1.5B model gives them back unchanged.
+back as the document had them (`checks.unbroken_edit`), then the changed code of each definition
+and the definitions removed or added (`checks.restorable_edit`), then the missing `typing` imports
+are written and forward references quoted (`checks.hint_fix_edit`). Asked to repair such answers,
+a 1.5B model gives them back unchanged.
 While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
 original instruction followed by the problems, line by line; when some problem is code the edit
 changed, the text before the edit is shown beside it, read-only, to restore from. Each repaired

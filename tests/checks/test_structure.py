@@ -237,3 +237,11 @@ def test_an_added_definition_goes():
 def restored_module(after: str) -> str:
     from assistant.checks import applied, restorable_edit
     return applied(after, restorable_edit(MODULE, after, language="python", instruction="Add docstrings."))
+
+
+def test_a_form_feed_does_not_end_a_line_for_the_restore():
+    """CPython's modules keep page breaks (`\\f`) on lines of their own: lines are counted as the parser does."""
+    before = MODULE.replace("ALIAS = fill\n", "ALIAS = fill\n\x0c\n")
+    after = before.replace('def fill(text):\n    return "\\n".join(wrap(text))\n\n', "")
+    from assistant.checks import applied, restorable_edit
+    assert applied(after, restorable_edit(before, after, language="python", instruction="Add docstrings.")) == before
