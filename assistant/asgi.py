@@ -19,9 +19,8 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection, Request
 
+from assistant import Engine, Event
 from assistant.engine import aio
-from assistant.engine.assistant import Assistant
-from assistant.engine.events import Event
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 STILL_LOADING = "the model is still loading; try again in a moment"
@@ -144,7 +143,7 @@ def load_error(model: aio.Loader) -> str | None:
     return None if error is None else f"{type(error).__name__}: {error}"
 
 
-def loaded(model: aio.Loader) -> Assistant:
+def loaded(model: aio.Loader) -> Engine:
     """The loaded assistant; 503 while it loads or when it failed to load."""
     if (assistant := model.loaded()) is None:
         raise HTTPException(503, load_error(model) or STILL_LOADING)

@@ -63,7 +63,7 @@ from transformers.generation.streamers import BaseStreamer
 from assistant import config
 from assistant.bench import busy, data, preserve, sandbox, step_costs
 from assistant.bench.attribution_quality import quality
-from assistant.engine.assistant import Delta, Result, RewriteError, result_of
+from assistant import Delta, Result, RewriteError, result_of
 from assistant.engine.output import OutputText
 from assistant.model import loading, weights
 

@@ -23,7 +23,8 @@ import time
 from assistant.bench import data
 from assistant.bench.attribution_quality import attributed_sources
 from assistant.engine.alignment import copied_spans
-from assistant.engine.remote import RemoteAssistant, RemoteError
+from assistant import RemoteError
+from assistant.engine.remote import RemoteAssistant
 
 SIZE = (400, 1200)  # characters of a document measured
 

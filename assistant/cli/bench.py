@@ -12,8 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from assistant.bench import data, runner
 from assistant.cli.options import add_model_options, interrupt_on_sigterm
-from assistant.engine.assistant import Assistant
-from assistant.model.loading import ModelError
+from assistant import Assistant, ModelError
 
 
 def register(commands) -> None:

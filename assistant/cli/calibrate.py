@@ -6,9 +6,8 @@ import sys
 
 from assistant.bench import calibration, data
 from assistant.cli.options import add_model_options
-from assistant.engine.assistant import Assistant, RewriteError
+from assistant import Assistant, ModelError, RewriteError
 from assistant.model import tuning
-from assistant.model.loading import ModelError
 
 
 def register(commands) -> None:

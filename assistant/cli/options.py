@@ -8,17 +8,16 @@ import logging
 import signal
 import sys
 
-from assistant import config
-from assistant.engine.assistant import DEFAULT_STRATEGY, STRATEGIES, Assistant
-from assistant.engine.remote import RemoteAssistant
-from assistant.model import loading, weights
+import assistant
+from assistant import DEFAULT_STRATEGY, STRATEGIES, Engine, config
+from assistant.model import catalog
 
 
 def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) -> None:
     """The options every command that loads a model shares."""
     parser.add_argument("--model", default=config.settings().model,
-                        help=f"embedded name ({', '.join(loading.EMBEDDED)}), model folder, .gguf file or hub id")
-    parser.add_argument("--weights", default=config.settings().weights, choices=weights.CHOICES,
+                        help=f"embedded name ({', '.join(catalog.EMBEDDED)}), model folder, .gguf file or hub id")
+    parser.add_argument("--weights", default=config.settings().weights, choices=catalog.CHOICES,
                         help="the format of the linear layers: auto (the fastest measured on this machine), "
                              "float32, bfloat16, float16, int8, int4 or gguf (the GGUF's own blocks)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -34,11 +33,11 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
                              "ASSISTANT_API_KEY)")
 
 
-def assistant_for(args: argparse.Namespace) -> Assistant | RemoteAssistant:
-    """The door's assistant: the engine at --engine, or the model loaded here."""
+def assistant_for(args: argparse.Namespace) -> Engine:
+    """The door's engine: the server at --engine, or the model loaded here (only then is torch imported)."""
     if args.engine:
-        return RemoteAssistant(args.engine, strategy=args.strategy, api_key=config.settings().api_key)
-    return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+        return assistant.RemoteAssistant(args.engine, strategy=args.strategy, api_key=config.settings().api_key)
+    return assistant.Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
 
 
 def interrupt_on_sigterm() -> None:

@@ -41,10 +41,8 @@ from rich.text import Text
 from assistant import files
 from assistant.checks import Problem, language_of
 from assistant.cli.options import add_engine_option, add_model_options, assistant_for, interrupt_on_sigterm
-from assistant.engine.assistant import Delta, Result, RewriteError, check_instruction
-from assistant.engine.events import Repairing, problem_json
-from assistant.engine.output import Span
-from assistant.model.loading import ModelError
+from assistant import Delta, ModelError, Repairing, Result, RewriteError, Span, check_instruction
+from assistant.engine.events import problem_json
 
 USAGE, FAILED = 2, 1
 BOM = "\ufeff"

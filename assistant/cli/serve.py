@@ -13,7 +13,7 @@ import uvicorn
 
 from assistant import config
 from assistant.cli.options import add_model_options
-from assistant.engine.assistant import Assistant
+from assistant import Assistant
 from assistant.serve.app import NoKeyForOpenAddress, check_bind, create_app, server_config
 
 

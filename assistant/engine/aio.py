@@ -14,14 +14,15 @@ import threading
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import closing
 
-from assistant.engine.assistant import Assistant, Event
+from assistant.engine.contract import Engine
+from assistant.engine.events import Event
 
 
 class Loader(concurrent.futures.Future):
     """The model once `load` has built it, or the error that stopped it; await it with
     `asyncio.wrap_future`, or ask `loaded()` without waiting."""
 
-    def load(self, build: Callable[[], Assistant]) -> None:
+    def load(self, build: Callable[[], Engine]) -> None:
         def loading():
             try:
                 self.set_result(build())
@@ -30,7 +31,7 @@ class Loader(concurrent.futures.Future):
 
         threading.Thread(target=loading, name="load-model", daemon=True).start()
 
-    def loaded(self) -> Assistant | None:
+    def loaded(self) -> Engine | None:
         """The model; None while it loads or when loading failed."""
         return self.result() if self.done() and self.exception() is None else None
 

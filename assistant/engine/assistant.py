@@ -1,4 +1,4 @@
-"""The public engine API that every front door (command line, language server, playground) calls.
+"""The local engine: `Assistant`, the `Engine` of engine/contract.py on a model loaded in this process.
 
     assistant = Assistant("qwen2.5-coder-1.5b", strategy="pld+h", weights="auto")
     for event in assistant.rewrite(document, "fix the bug"):
@@ -7,11 +7,15 @@
     events = assistant.run(Request(document, "fix the bug", selection=(0, 120), max_new_tokens=200))
 
 The keywords of `rewrite` are the fields of `Request`; a front door checks what it can before
-the model loads with `check_instruction` and `check_strategy`, which raise the RewriteError the
-engine itself would.
+the model loads with `check_request`, `check_instruction` and `check_strategy` (engine/contract.py),
+which raise the RewriteError the engine itself would.
+
+A request's way: `run` checks it once and hands it to `repair.checked`, which asks `answer` for the
+answer and again for each repair pass; `answer` plans it (one `_pass`, or pieces), and `_start`
+decodes a pass in the model's turn (`_generate`, the loop of decoding/loop.py).
 
 A document (or selection) too long for one pass is split and rewritten piece by piece here
-(assistant/long_documents.py), so every front door gets the same plan and the same output
+(engine/long_documents.py), so every front door gets the same plan and the same output
 budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
 did not finish.
 
@@ -32,8 +36,7 @@ import traceback
 import weakref
 from collections import deque
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, replace
-from typing import Callable, Generator, Iterator
+from typing import Generator, Iterator
 
 import numpy as np
 
@@ -44,6 +47,17 @@ from assistant.decoding.drafters import AttentionDraft, Drafter, HiddenDraft, Ng
 from assistant.decoding.loop import Sampling, decode, warm
 from assistant.decoding.prefix_cache import PrefixCache, common_prefix
 from assistant.engine import long_documents, repair
+from assistant.engine.contract import (
+    DEFAULT_REPAIRS,
+    DEFAULT_STRATEGY,
+    Engine,
+    Request,
+    RewriteError,
+    check_decoding,
+    check_repairs,
+    check_request,
+    check_strategy,
+)
 from assistant.engine.events import Delta, Event, Queued, Result, Stats
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
@@ -51,43 +65,10 @@ from assistant.engine.prompts import Prompt, Segment, build_prompt, edit_prompt,
 from assistant.model import loading, tuning
 from assistant.model.exactness import fixed_shapes
 
-STRATEGIES = ("ar", "pld", "pld+h", "pld+a")
-DEFAULT_STRATEGY = "pld+h"
 WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
 CHAT_BUDGET = 512
-DEFAULT_REPAIRS = 2  # repair passes per answer at most, unless the Assistant or the request says otherwise
 
 log = logging.getLogger("assistant")
-
-
-class RewriteError(ValueError):
-    """A request the engine refuses; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class Request:
-    """One rewrite: what to change in which text, and how to decode. A chat turn uses the fields from
-    `strategy` on, its question standing as the document."""
-
-    document: str
-    instruction: str
-    selection: tuple[int, int] | None = None  # a character range: rewrite only that, the rest is context
-    references: tuple[str, ...] = ()  # other texts, shown read-only, that drafts may copy from
-    strategy: str | None = None  # one of STRATEGIES; None: the assistant's
-    max_new_tokens: int | None = None  # per pass (per piece of a long document); None: the output budget
-    temperature: float = 0.0  # 0: greedy
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()  # the answer ends before the first of these
-    draft_tokens: int | None = None  # a fixed draft length; None: adaptive, up to the assistant's draft ceiling
-    max_piece_tokens: int | None = None  # a long document's pieces; None: as large as fits the context
-    language: str | None = None  # an LSP languageId to check the answer as; None: unchecked
-    repairs: int | None = None  # repair passes at most (0: none); None: the assistant's
-
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_k, self.top_p, self.seed)
 
 
 class TurnQueue:
@@ -174,7 +155,7 @@ class Forwards:
             self._changed.wait_for(lambda: self._running == 0)
 
 
-class Assistant:
+class Assistant(Engine):
     """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
     model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
     `repairs` is the most repair passes an answer gets unless its request says (0: none)."""
@@ -270,7 +251,8 @@ class Assistant:
 
     def prompt(self, document: str, instruction: str, selection: tuple[int, int] | None = None,
                references: tuple[str, ...] = ()) -> Prompt:
-        check_request(document, instruction, selection)
+        """The edit prompt of a request with these fields, checked as `run` checks a request."""
+        check_request(Request(document, instruction, selection, references))
         return edit_prompt(self.loaded.tokenizer, instruction, document, selection, references)
 
     def chat_prompt(self, question: str, history: tuple[dict, ...] = ()) -> Prompt:
@@ -289,10 +271,13 @@ class Assistant:
         wanted = CHAT_BUDGET if rewritten is None else answer_budget(self.count_tokens(rewritten))
         return max(1, min(self.loaded.context_length - len(prompt.ids), wanted))
 
-    def rewrite(self, document: str, instruction: str, *, cancel: threading.Event | None = None,
-                **options) -> Iterator[Event]:
-        """Stream the rewrite of `document` as events: `run(Request(document, instruction, **options))`."""
-        return self.run(Request(document, instruction, **options), cancel)
+    @property
+    def context_length(self) -> int:
+        return self.loaded.context_length
+
+    @property
+    def weights(self) -> str:
+        return self.loaded.weights
 
     def run(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Stream the rewrite of the request's document (or of its selection) as events.
@@ -303,36 +288,34 @@ class Assistant:
         request raises RewriteError here, before anything runs; closing the returned iterator early
         releases the model for the next request.
         """
-        check_request(request.document, request.instruction, request.selection)
-        repairs = self.repairs if request.repairs is None else check_repairs(request.repairs)
-        return checked_passes(request, lambda asked: self._passes(asked, cancel), repairs, cancel)
+        check_request(request)
+        return repair.checked(self, request, self.repairs if request.repairs is None else request.repairs, cancel)
 
-    def _passes(self, request: Request, cancel: threading.Event | None) -> Iterator[Event]:
-        """The answer to the request, unchecked: in one pass, or in pieces for a long text."""
-        document, selection = request.document, request.selection
-        check_request(document, request.instruction, selection)
-
-        def one_pass(part: tuple[int, int] | None) -> Iterator[Event]:
-            prompt = self.prompt(document, request.instruction, part, request.references)
-            return self._start(prompt, request, part or (0, len(document)), cancel)
-
-        def prompt_tokens(part: tuple[int, int] | None) -> int:
-            return len(self.prompt(document, request.instruction, part or selection, request.references).ids)
-
-        region = selection or (0, len(document))
-        pieces = long_documents.plan(document, region, context_length=self.loaded.context_length,
-                                     count_tokens=self.count_tokens, prompt_tokens=prompt_tokens,
+    def answer(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """The answer to a checked request, unchecked: in one pass, or in pieces for a long text."""
+        region = request.selection or (0, len(request.document))
+        pieces = long_documents.plan(request.document, region, context_length=self.loaded.context_length,
+                                     count_tokens=self.count_tokens,
+                                     prompt_tokens=lambda part: len(self._prompt(request, part).ids),
                                      max_piece_tokens=request.max_piece_tokens)
         if pieces == [region]:
-            return one_pass(selection)
-        return long_documents.rewrite(document, region, pieces, one_pass, cancel)
+            return self._pass(request, request.selection, cancel)
+        return long_documents.rewrite(request.document, region, pieces,
+                                      lambda part: self._pass(request, part, cancel), cancel)
+
+    def _prompt(self, request: Request, part: tuple[int, int] | None) -> Prompt:
+        return edit_prompt(self.loaded.tokenizer, request.instruction, request.document, part, request.references)
+
+    def _pass(self, request: Request, part: tuple[int, int] | None, cancel: threading.Event | None) -> Iterator[Event]:
+        """One pass rewriting `part` of the document (None: all of it)."""
+        return self._start(self._prompt(request, part), request, part or (0, len(request.document)), cancel)
 
     def chat(self, question: str, *, history: tuple[dict, ...] = (), cancel: threading.Event | None = None,
              **options) -> Iterator[Event]:
         """Answer a plain chat turn (the benchmark's Spec-Bench tasks); `options` are Request's fields from
         `strategy` on; attribution points into `question`."""
         prompt = self.chat_prompt(question, history)
-        return self._start(prompt, Request(question, "", **options), None, cancel)
+        return self._start(prompt, check_decoding(Request(question, "", **options)), None, cancel)
 
     def complete(self, text: str, *, cancel: threading.Event | None = None, **options) -> Iterator[Event]:
         """Continue `text` as it stands, without the chat template (a plain completion); `options` are
@@ -340,18 +323,17 @@ class Assistant:
         if not isinstance(text, str) or not text:
             raise RewriteError("the prompt is empty")
         prompt = text_prompt(self.loaded.tokenizer, text)
-        return self._start(prompt, Request(text, "", **options), None, cancel)
+        return self._start(prompt, check_decoding(Request(text, "", **options)), None, cancel)
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
                cancel: threading.Event | None) -> Iterator[Event]:
         """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn)."""
-        strategy = check_strategy(request.strategy or self.strategy)
+        strategy = request.strategy or self.strategy
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
         if max_new_tokens is None:
             max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
-        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length, request.temperature,
-                         request.top_k, request.top_p)
+        check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
         draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling)
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
                                     cancel)
@@ -384,7 +366,7 @@ class Assistant:
                          first_token or 0.0)
 
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
-                            draft_tokens=draft_tokens, sampling=request.sampling, eos=self.loaded.eos, cancel=cancel,
+                            draft_tokens=draft_tokens, sampling=Sampling(request.temperature, request.top_k, request.top_p, request.seed), eos=self.loaded.eos, cancel=cancel,
                             prefixes=self.prefixes)) as steps_iter:
             for step in steps_iter:
                 steps += 1
@@ -427,77 +409,12 @@ class Assistant:
         newline = missing_final_newline(output.text, target_text, ended is not None or output.ended == "eos")
         return output.text + newline, output.tokens, ended is not None or output.ended is not None
 
-    def rewrite_text(self, document: str, instruction: str, **options) -> Result:
-        """Run a rewrite to the end and return its Result."""
-        return result_of(self.rewrite(document, instruction, **options))
 
-
-def checked_passes(request: Request, passes: Callable[[Request], Iterator[Event]], repairs: int,
-                   cancel: threading.Event | None) -> Iterator[Event]:
-    """The events of `passes(request)` (the answer, unchecked), then its Result checked in the request's
-    language and repaired with up to `repairs` further passes while problems remain (engine/repair.py)."""
-    edit = repair.Edit(request.document, request.instruction, request.selection, request.language,
-                       request.references)
-
-    def again(asked: repair.Edit) -> Iterator[Event]:
-        return passes(replace(request, document=asked.document, instruction=asked.instruction,
-                              selection=asked.selection, references=asked.references))
-
-    return repair.checked(edit, passes(request), again, repairs, cancel)
-
-
-def result_of(events: Iterator[Event]) -> Result:
-    """Drain an event stream and return its final Result."""
-    with closing(events):
-        for event in events:
-            if isinstance(event, Result):
-                return event
-    raise AssertionError("the engine ended without a result")
-
-
-def check_strategy(strategy: str) -> str:
-    """The strategy, if the engine has it; a front door may check it before the model loads."""
-    if strategy not in STRATEGIES:
-        raise RewriteError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    return strategy
-
-
-def check_repairs(repairs: int) -> int:
-    """The most repair passes an answer gets, if it is a count."""
-    if not isinstance(repairs, int) or repairs < 0:
-        raise RewriteError(f"repairs must be a whole number >= 0 (0 turns repair off), not {repairs!r}")
-    return repairs
-
-
-def check_instruction(instruction: str) -> str:
-    """The instruction, if it says something; a front door may check it before the model loads."""
-    if not instruction.strip():
-        raise RewriteError("the instruction is empty: say what to change")
-    return instruction
-
-
-def check_request(document: str, instruction: str, selection: tuple[int, int] | None) -> None:
-    if not isinstance(document, str) or not isinstance(instruction, str):
-        raise RewriteError("document and instruction must be text")
-    check_instruction(instruction)
-    if not document.strip():
-        raise RewriteError("the document is empty: there is nothing to rewrite")
-    if "\x00" in document:
-        raise RewriteError("the document looks binary (it contains NUL characters)")
-    if selection is not None:
-        start, end = selection
-        if not (0 <= start < end <= len(document)):
-            raise RewriteError(f"selection {start}:{end} is not a non-empty range inside the document "
-                               f"(0:{len(document)})")
-
-
-def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context: int, temperature: float,
-                     top_k: int, top_p: float) -> None:
+def check_generation(max_new_tokens: int, room: int, prompt_tokens: int, context: int) -> None:
+    """The token limit fits what the prompt leaves of the context."""
     if room < 16:
         raise RewriteError(f"the prompt is {prompt_tokens} tokens, too long for the model's context of {context} "
                            f"tokens; rewrite a selection or split the document")
     if not 1 <= max_new_tokens <= room:
         raise RewriteError(f"max_new_tokens must be between 1 and {room} here (the model's context is {context} "
                            f"tokens and the prompt takes {prompt_tokens})")
-    if not 0 <= temperature < float("inf") or top_k < 0 or not 0 < top_p <= 1:  # NaN fails every comparison
-        raise RewriteError("temperature must be a number >= 0, top_k >= 0 and top_p in (0, 1]")

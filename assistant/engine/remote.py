@@ -35,18 +35,17 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from assistant.checks import Check, Problem
-from assistant.engine import long_documents
+from assistant.engine import long_documents, repair
 from assistant.engine.alignment import copied_spans
-from assistant.engine.assistant import (
+from assistant.engine.contract import (
     DEFAULT_REPAIRS,
     DEFAULT_STRATEGY,
+    Engine,
+    RemoteError,
     Request,
     RewriteError,
-    check_repairs,
     check_request,
     check_strategy,
-    checked_passes,
-    result_of,
 )
 from assistant.engine.events import (
     Delta,
@@ -65,17 +64,12 @@ from assistant.engine.output import (
     unclosed_tail,
 )
 from assistant.engine.prompts import SYSTEM, edit_segments
-from assistant.model.loading import ModelError
 
 TIMEOUT = 60.0  # seconds without a byte from the server before the request fails (assistant serve sends a
 # keep-alive every 10 s while a request waits)
 DEFAULT_CONTEXT = 4096  # tokens, for a server whose /v1/models does not say (Ollama, llama.cpp)
 BYTES_PER_TOKEN = 3  # an estimate on the safe side: code and English run nearer 4 bytes a token
 FINISHED = {"stop": "eos", "length": "length"}  # OpenAI's finish_reason, as the engine says it
-
-
-class RemoteError(ModelError):
-    """The engine's server failed: it is down, refused the key, stalled, errored or closed early."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +81,7 @@ class Served:
     native: bool  # `assistant serve`: the engine's own planning, strategies and attribution
 
 
-class RemoteAssistant:
+class RemoteAssistant(Engine):
     """An OpenAI-compatible server at `url`, offering what the doors use of `Assistant`."""
 
     weights = "remote"
@@ -106,26 +100,21 @@ class RemoteAssistant:
 
     # ------------------------------------------------------------ what the doors call
 
-    def rewrite(self, document: str, instruction: str, *, cancel: threading.Event | None = None,
-                **options) -> Iterator[Event]:
-        return self.run(Request(document, instruction, **options), cancel)
-
-    def rewrite_text(self, document: str, instruction: str, **options) -> Result:
-        return result_of(self.rewrite(document, instruction, **options))
+    @property
+    def context_length(self) -> int:
+        return self.loaded.context_length
 
     def run(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
         """The rewrite as events; a bad request raises RewriteError here, before anything is sent. assistant
         serve checks and repairs the answer itself; for another server it is checked and repaired here."""
-        check_request(request.document, request.instruction, request.selection)
-        if request.strategy is not None:
-            check_strategy(request.strategy)
-        repairs = DEFAULT_REPAIRS if request.repairs is None else check_repairs(request.repairs)
+        check_request(request)
         if self.loaded.native:
             return self._one_pass(request, request.selection, cancel)
-        return checked_passes(request, lambda asked: self._passes(asked, cancel), repairs, cancel)
+        return repair.checked(self, request, DEFAULT_REPAIRS if request.repairs is None else request.repairs, cancel)
 
-    def _passes(self, request: Request, cancel: threading.Event | None) -> Iterator[Event]:
-        """The answer from another server, unchecked: in one pass, or in pieces planned here."""
+    def answer(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """The answer from another server to a checked request, unchecked: in one pass, or in pieces planned
+        here."""
         region = request.selection or (0, len(request.document))
         pieces = long_documents.plan(request.document, region, context_length=self.loaded.context_length,
                                      count_tokens=estimated_tokens,

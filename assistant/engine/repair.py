@@ -36,9 +36,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from assistant import checks
 from assistant.checks import Check, Fix, Problem
+from assistant.engine.contract import Request, RewriteError, check_request
 from assistant.engine.events import NOTHING, Event, Repair, Repairing, Result
 from assistant.engine.long_documents import combined
 from assistant.engine.output import Span, merge_spans
@@ -132,12 +134,19 @@ class Edit:
         return [Span(span.output, source(*span.source) if span.source else None) for span in spans]
 
 
-def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[Event]], attempts: int,
-            cancel: threading.Event | None) -> Iterator[Event]:
-    """The events of `first` (the answer to `edit`), then its Result checked and, while problems remain,
-    repaired with up to `attempts` passes of `run`."""
+class Answers(Protocol):
+    """An engine as repair sees it: the answer to a checked request, unchecked."""
+
+    def answer(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """The request's events, ending with its Result."""
+
+
+def checked(engine: Answers, request: Request, attempts: int, cancel: threading.Event | None) -> Iterator[Event]:
+    """The events of the engine's answer to `request`, then its Result checked and, while problems remain,
+    repaired with up to `attempts` further answers of the engine."""
+    edit = Edit(request.document, request.instruction, request.selection, request.language, request.references)
     result = None
-    with closing(first):
+    with closing(engine.answer(request, cancel)) as first:
         for event in first:
             if isinstance(event, Result):
                 result = event
@@ -158,7 +167,7 @@ def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[E
             result, check = restoring[1], restoring[2]
     while check.problems and len(passes) - 1 < attempts and not (cancel is not None and cancel.is_set()):
         yield Repairing(check.problems, len(repairs) + 1)
-        repair, answer, answer_check = attempt(edit, result, check, run, len(repairs) + 1)
+        repair, answer, answer_check = attempt(engine, request, edit, result, check, len(repairs) + 1, cancel)
         if repair is None:
             check = replace(check, notes=check.notes + answer_check.notes)
             break
@@ -170,16 +179,19 @@ def checked(edit: Edit, first: Iterator[Event], run: Callable[[Edit], Iterator[E
     yield replace(result, stats=combined(passes), check=check, repairs=tuple(repairs), check_seconds=check_seconds)
 
 
-def attempt(edit: Edit, result: Result, check: Check, run: Callable[[Edit], Iterator[Event]],
-            number: int) -> tuple[Repair | None, Result, Check]:
-    """One repair pass of `result`: the Repair, the answer as `edit`'s (attribution traced to its document)
-    and its check; (None, result, a check whose notes say why) when the pass could not run."""
+def attempt(engine: Answers, request: Request, edit: Edit, result: Result, check: Check, number: int,
+            cancel: threading.Event | None) -> tuple[Repair | None, Result, Check]:
+    """One repair pass of `result`, the answer to `request` (as `edit`): the Repair, the answer as `edit`'s
+    (attribution traced to its document) and its check; (None, result, a check whose notes say why) when the
+    pass could not run."""
     started = time.perf_counter()
+    asked = edit.repair(result.text, check.problems)
     try:
-        events = run(edit.repair(result.text, check.problems))
-        with closing(events):
+        repairing = check_request(replace(request, document=asked.document, instruction=asked.instruction,
+                                          selection=asked.selection, references=asked.references))
+        with closing(engine.answer(repairing, cancel)) as events:
             answer = next(event for event in events if isinstance(event, Result))
-    except ValueError as error:  # a RewriteError: the answer cannot be a request's document (empty, too long)
+    except RewriteError as error:  # the answer cannot be a request's document (empty, too long)
         return None, result, Check(notes=(f"no repair: {error}",))
     tokens = edit.traced(answer.token_spans, result.text, result.spans)
     answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces)

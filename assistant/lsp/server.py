@@ -27,7 +27,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from assistant import Assistant
+from assistant import Engine
 from assistant.engine import aio
 from assistant.lsp import documents, ranges, session
 from assistant.lsp.rewrite import Rewrite
@@ -101,7 +101,7 @@ class AssistantServer(LanguageServer):
         # reject and a newer rewrite's first edit, sent together, named the same version and one was refused
         self.editing: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def load(self, build: Callable[[], Assistant]) -> None:
+    def load(self, build: Callable[[], Engine]) -> None:
         """Load the model (or reach the engine of --engine) in a background thread so `initialize` answers at once."""
         self.engine.load(build)
 

@@ -46,10 +46,9 @@ from torch import nn
 from assistant import files
 from assistant.kernels import gguf_avx2, gguf_bf16, gguf_vnni
 from assistant.model import gguf_blocks
+from assistant.model.catalog import CHOICES, FORMATS
 from assistant.model.exactness import PADDED_ROWS
 
-FORMATS = ("float32", "bfloat16", "float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")
-CHOICES = ("auto",) + FORMATS
 COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32

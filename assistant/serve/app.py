@@ -46,8 +46,7 @@ from assistant.asgi import (
     model,
 )
 from assistant.engine import aio
-from assistant.engine.assistant import Assistant, RewriteError
-from assistant.engine.events import Result
+from assistant import Assistant, Result, RewriteError
 from assistant.serve.protocol import (
     Answer,
     ChatRequest,

@@ -32,9 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from assistant.engine.assistant import Assistant, Request, RewriteError, check_strategy
-from assistant.engine.events import Delta, Event, Queued, Repair, Repairing, Result
-from assistant.engine.output import Span
+from assistant import Assistant, Delta, Event, Queued, Repair, Repairing, Request, Result, RewriteError, Span, check_strategy
 
 MAX_TEXT_CHARS = 400_000  # a message, the prediction, the document: each at most this
 MAX_MESSAGES = 256

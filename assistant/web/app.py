@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import HTTPConnection
 
-from assistant import STRATEGIES, Assistant, Delta, Queued, Repairing, Result, RewriteError, check_strategy
+from assistant import STRATEGIES, Delta, Engine, Queued, Repairing, Result, RewriteError, check_strategy
 from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
                             lifespan, loaded, model)
 from assistant.checks import language_of
@@ -294,12 +294,12 @@ Model = Annotated[aio.Loader, Depends(model)]
 Runs = Annotated[Generations, Depends(runs)]
 
 
-async def loaded_assistant(model: Model) -> Assistant:
+async def loaded_assistant(model: Model) -> Engine:
     """The loaded assistant; 503 while it loads or when it failed to load."""
     return loaded(model)
 
 
-LoadedAssistant = Annotated[Assistant, Depends(loaded_assistant)]
+LoadedAssistant = Annotated[Engine, Depends(loaded_assistant)]
 
 
 # ---------------------------------------------------------------- endpoints
@@ -375,7 +375,7 @@ async def rewrite_socket(websocket: WebSocket, model: Model, generations: Runs) 
 
 # ---------------------------------------------------------------- the app
 
-def create_app(assistant_factory: Callable[[], Assistant], model_name: str = "",
+def create_app(assistant_factory: Callable[[], Engine], model_name: str = "",
                max_generations: int = MAX_GENERATIONS, samples: tuple[Sample, ...] = ()) -> FastAPI:
     """The playground app; `assistant_factory` builds the Assistant (called once, in a background thread);
     `samples` are offered beside the built-in ones (the command passes records of the bench data)."""

@@ -32,7 +32,7 @@ from assistant.cli.rewrite import (
     summary,
     write_atomically,
 )
-from assistant.engine.assistant import Result, Stats
+from assistant.engine.events import Result, Stats
 from assistant.engine.events import NOTHING, Repair
 from assistant.engine.output import Span
 

@@ -15,7 +15,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from assistant.bench import data
 from assistant.decoding.drafters import HiddenDraft, NoDraft
 from assistant.decoding.loop import decode
-from assistant.engine.assistant import CHAT_BUDGET, Delta, Queued, Request, Result, RewriteError, result_of
+from assistant.engine.assistant import CHAT_BUDGET
+from assistant.engine.contract import Request, RewriteError, result_of
+from assistant.engine.events import Delta, Queued, Result
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.prompts import edit_prompt
 from assistant.engine.repair import Edit

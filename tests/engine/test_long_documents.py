@@ -75,7 +75,7 @@ def check_attribution(result, document: str) -> None:
 
 
 def test_the_engine_rewrites_a_long_document_in_pieces_in_whole_document_offsets(embedded):
-    from assistant.engine.assistant import Delta, Result
+    from assistant.engine.events import Delta, Result
 
     events = list(embedded.rewrite(PYTHON, COPY, max_piece_tokens=12, max_new_tokens=12))
     result = events[-1]
@@ -100,7 +100,7 @@ def test_one_piece_cut_at_the_token_limit_makes_the_whole_answer_unfinished(embe
 
 def test_a_document_too_long_for_one_pass_is_planned_to_fit(embedded):
     """No generation: the plan's pieces each leave room for their answer, with the engine's budget."""
-    from assistant.engine.assistant import answer_budget
+    from assistant.engine.long_documents import answer_budget
     from assistant.engine.long_documents import plan
 
     document = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n\n" for i in range(900))

@@ -10,6 +10,7 @@ import pytest
 
 from assistant import checks
 from assistant.checks import Check, Problem
+from assistant.engine.contract import Request, RewriteError
 from assistant.engine.events import Delta, Queued, Repairing, Result, Stats
 from assistant.engine.output import Span
 from assistant.engine.repair import Edit, checked
@@ -35,13 +36,17 @@ def answer(text: str, stopped: str = "eos", spans: list[Span] | None = None) -> 
 
 
 class Passes:
-    """Scripted repair passes: each call answers with the next result, and the edits asked are kept."""
+    """A scripted engine: its first answer is the one a test gives, then each repair pass answers with the next
+    result; the requests of the repair passes are kept."""
 
     def __init__(self, *results: Result):
-        self.results, self.asked = list(results), []
+        self.results, self.asked, self.first = list(results), [], None
 
-    def __call__(self, edit: Edit):
-        self.asked.append(edit)
+    def answer(self, request: Request, cancel=None):
+        if self.first is not None:
+            first, self.first = self.first, None
+            return events(Queued(0), Delta(first.text, [], 3, 0, 0, 0.1), first)
+        self.asked.append(request)
         result = self.results.pop(0)
         return events(Delta(result.text, [], 3, 0, 0, 0.1), result)
 
@@ -51,12 +56,17 @@ def events(*items):
     yield from items
 
 
-def first(result: Result):
-    return events(Queued(0), Delta(result.text, [], 3, 0, 0, 0.1), result)
+def request(edit: Edit) -> Request:
+    return Request(edit.document, edit.instruction, edit.selection, edit.references, language=edit.language)
+
+
+def checked_events(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2, cancel=None) -> list:
+    passes.first = first_answer
+    return list(checked(passes, request(edit), attempts, cancel))
 
 
 def run(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2):
-    events = list(checked(edit, first(first_answer), passes, attempts, None))
+    events = checked_events(edit, first_answer, passes, attempts)
     return events, events[-1]
 
 
@@ -141,7 +151,7 @@ def test_an_unfinished_repair_is_dropped():
 def test_a_cancel_stops_repairing():
     cancel = threading.Event()
     cancel.set()
-    events = list(checked(PYTHON, first(answer(UNDEFINED)), Passes(answer(HINTED)), 2, cancel))
+    events = checked_events(PYTHON, answer(UNDEFINED), Passes(answer(HINTED)), 2, cancel)
     assert events[-1].text == UNDEFINED and events[-1].repairs == () and len(events[-1].problems) == 3
 
 
@@ -155,9 +165,12 @@ def test_a_failing_check_is_a_note_and_the_answer_is_delivered(monkeypatch):
 
 
 def test_a_repair_that_cannot_run_is_a_note():
-    def refuses(edit):
-        raise ValueError("the prompt is too long")
-    events = list(checked(PYTHON, first(answer(UNDEFINED)), refuses, 2, None))
+    class Refuses(Passes):
+        def answer(self, request: Request, cancel=None):
+            if self.first is None:
+                raise RewriteError("the prompt is too long")
+            return super().answer(request, cancel)
+    events = checked_events(PYTHON, answer(UNDEFINED), Refuses())
     result = events[-1]
     assert result.text == UNDEFINED and len(result.problems) == 3 and result.repairs == ()
     assert result.check.notes == ("no repair: the prompt is too long",)

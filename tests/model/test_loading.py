@@ -10,7 +10,8 @@ from conftest import TINY_VOCAB, make_tiny_model
 
 from assistant.config import settings
 from assistant.model import loading
-from assistant.model.loading import EmbeddedModel, ModelError
+from assistant.errors import ModelError
+from assistant.model.catalog import EmbeddedModel
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from torch import nn
 from assistant.decoding.drafters import NgramDraft, NoDraft
 from assistant.decoding.loop import decode
 from assistant.model import loading, weights
-from assistant.model.loading import ModelError
+from assistant.errors import ModelError
 
 CPU = torch.device("cpu")
 COMPACT_HERE = [w for w in weights.COMPACT if w in weights.available(CPU)]

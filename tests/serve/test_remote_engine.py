@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from serving import eventually, free_port, serve
 
 from assistant.engine.events import Delta, Result
-from assistant.engine.remote import RemoteAssistant, RemoteError
+from assistant.engine.contract import RemoteError
+from assistant.engine.remote import RemoteAssistant
 from assistant.web.app import create_app as create_playground
 from assistant.web.app import server_config as playground_config
 

@@ -15,7 +15,9 @@ import httpx
 import uvicorn
 
 from assistant.checks import Check, Problem
-from assistant.engine.assistant import Delta, Queued, Result, Stats, TurnQueue, check_request
+from assistant.engine.assistant import TurnQueue
+from assistant.engine.contract import Request, check_request
+from assistant.engine.events import Delta, Queued, Result, Stats
 from assistant.engine.events import Repair, Repairing
 from assistant.engine.output import Span, merge_spans
 from assistant.web.app import server_config
@@ -73,7 +75,7 @@ class FakeAssistant:
 
     def rewrite(self, document: str, instruction: str, *, strategy=None, temperature=0.0, max_new_tokens=None,
                 language=None, cancel: threading.Event | None = None):
-        check_request(document, instruction, None)
+        check_request(Request(document, instruction))
         return self._run(document, max_new_tokens or 10_000, cancel, language)
 
     def close(self) -> None:  # no background work to stop
