@@ -17,6 +17,7 @@ names a type-hint edit used undefined, when that needs no guess (Python).
 
 from __future__ import annotations
 
+from assistant.checks.change import change_kind
 from assistant.checks.comments import check_comments
 from assistant.checks.hints import hint_fixes
 from assistant.checks.instructions import preserving, renaming
@@ -34,6 +35,7 @@ __all__ = [
     "Fix",
     "Problem",
     "applied",
+    "change_kind",
     "check_edit",
     "hint_fix_edit",
     "language_of",

@@ -98,7 +98,9 @@ class Result:
     """The answer. `stats` covers every pass, repairs included (each Repair has its own); `check` is the
     check of the answer kept (None when the answer did not finish, so nothing was checked), its
     problems in offsets of `text`; `check_seconds` is the time the first answer's check took (a repair's
-    is in its `seconds`)."""
+    is in its `seconds`). `change` says whether a finished answer changed anything (`checks.change_kind`:
+    "none", "layout", "comments" or "edit"; None when it did not finish): a door reports an answer that
+    made no edit as "no change made", never as a plain success."""
 
     text: str
     spans: list[Span]  # merged: output range -> document range
@@ -111,6 +113,12 @@ class Result:
     check: Check | None = None
     repairs: tuple[Repair, ...] = ()
     check_seconds: float = 0.0
+    change: str | None = None
+
+    @property
+    def unchanged(self) -> bool:
+        """Whether the finished answer made no change but to layout (whitespace, quotes) or comments."""
+        return self.change is not None and self.change != "edit"
 
     @property
     def finished(self) -> bool:
@@ -134,7 +142,7 @@ class Result:
                 "stopped": self.stopped, "model": self.model, "weights": self.weights,
                 "problems": [problem_json(p, self.text) for p in self.problems],
                 "checks": {"ran": list(check.ran), "notes": list(check.notes), "seconds": round(self.check_seconds, 4)},
-                "repairs": [repair.to_json() for repair in self.repairs]}
+                "repairs": [repair.to_json() for repair in self.repairs], "change": self.change}
 
 
 def problem_json(problem: Problem, text: str) -> dict:

@@ -336,7 +336,8 @@ class NativeAnswer(Answer):
                       [tuple(piece) for piece in summary.get("pieces", [])],
                       None if check is None else Check(problems_of(check["problems"]), tuple(check["ran"]),
                                                        tuple(check["notes"])),
-                      tuple(repair_of(repair) for repair in summary.get("repairs", [])))
+                      tuple(repair_of(repair) for repair in summary.get("repairs", [])),
+                      change=summary.get("change"))
 
 
 class PlainAnswer(Answer):

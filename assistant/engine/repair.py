@@ -87,6 +87,10 @@ class Edit:
         return replace(check, problems=tuple(replace(p, start=inside(p.start), end=inside(p.end))
                                              for p in check.problems))
 
+    def change(self, answer: str) -> str:
+        """What putting `answer` in place changed (`checks.change_kind`), in the edit's language."""
+        return checks.change_kind(self.document, self.with_answer(answer), self.language)
+
     def fixes(self, answer: str, finder: Finder) -> list[Fix]:
         """The Fixes of `answer` that `finder` (one of FIXERS) gives that lie within the rewritten range (and
         restore from it), in offsets of `answer`; none when that cannot be said."""
@@ -176,7 +180,8 @@ def checked(engine: Answers, request: Request, attempts: int, cancel: threading.
         if not repair.kept:
             break
         result, check = answer, answer_check
-    yield replace(result, stats=combined(passes), check=check, repairs=tuple(repairs), check_seconds=check_seconds)
+    yield replace(result, stats=combined(passes), check=check, repairs=tuple(repairs), check_seconds=check_seconds,
+                  change=edit.change(result.text))
 
 
 def attempt(engine: Answers, request: Request, edit: Edit, result: Result, check: Check, number: int,
