@@ -5,7 +5,8 @@ rewrites: a `Tuple` used but never imported, a statement dropped, a constant cha
 function deleted. `check_edit` compares the whole document before and after an edit, with no
 model involved, and reports only what the edit introduced, located in the after text: for
 Python, ruff's pyflakes rules and syntax errors (`lint`); for other programming languages,
-tree-sitter's syntax errors (`syntax`); and when the instruction asks only for annotations or
+tree-sitter's syntax errors (`syntax`); for data formats (JSON, TOML, YAML, INI, XML), the
+syntax errors their own parsers find (`formats`); and when the instruction asks only for annotations or
 documentation (`preserving`), any change to the code itself (`structure` for Python, `comments`
 for documentation edits elsewhere), and when it asks only for a rename (`renaming`), any change
 to Python code but that rename (`rename`). Prose is not checked, and the `Check` says so in its notes.
@@ -27,7 +28,7 @@ from assistant.checks.rename import check_rename
 from assistant.checks.report import Check, Fix, Problem, applied, combine
 from assistant.checks.restore import restorable
 from assistant.checks.structure import check_structure
-from assistant.checks.syntax import GRAMMARS, check_syntax
+from assistant.checks.syntax import GRAMMARS, LANGUAGES, check_syntax
 from assistant.checks.unbreak import unbreaking
 
 __all__ = [
@@ -60,11 +61,14 @@ def check_edit(before: str, after: str, *, language: str | None, instruction: st
         elif rename is not None:
             checks.append(check_rename(before, after, *rename))
         return combine(checks)
-    if language not in GRAMMARS:
+    if language not in LANGUAGES:
         return Check(notes=(f"unchecked: no checker for language {language!r}",))
     checks = [check_syntax(before, after, language)]
-    if kind == "documentation":
+    if kind == "documentation" and language in GRAMMARS:
         checks.append(check_comments(before, after, language))
+    elif kind == "documentation":
+        note = f"structure not checked: documentation edits of {language} are checked for syntax only"
+        checks.append(Check(notes=(note,)))
     elif kind == "annotations":
         checks.append(Check(notes=("structure not checked: annotation edits are compared in Python only",)))
     return combine(checks)

@@ -1,4 +1,4 @@
-"""Syntax errors an edit introduced in languages other than Python, found by tree-sitter.
+"""Syntax errors an edit introduced in languages other than Python: by tree-sitter, or a data format's own parser.
 
 Tree-sitter parses any text and marks what it could not fit into its grammar with ERROR nodes
 and what it had to assume with MISSING nodes, so it finds a rewrite's broken braces and dropped
@@ -6,7 +6,8 @@ semicolons in Java, JavaScript, TypeScript, Go, Rust, C, C++, C#, Kotlin, Ruby, 
 scripts without compiling anything. Grammars come from the per-language `tree-sitter-*` wheels
 (self-contained, no download at run time) and are loaded once per language. Both texts are
 parsed; when the after text has more such nodes than the before text, the new ones (those whose
-line the before text lacks first) are reported at their place in the after text.
+line the before text lacks first) are reported at their place in the after text. Data formats
+(JSON, TOML, YAML, INI, XML) are checked by the parsers their readers use instead (`formats`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import cache
 
 from tree_sitter import Language, Node, Parser, Tree
 
+from assistant.checks.formats import FORMATS, check_format
 from assistant.checks.positions import encode, introduced, str_offset
 from assistant.checks.report import Check, Problem
 
@@ -36,6 +38,7 @@ GRAMMARS = {
     "php": ("tree_sitter_php", "language_php"),
     "shellscript": ("tree_sitter_bash", "language"),
 }
+LANGUAGES = frozenset(GRAMMARS) | frozenset(FORMATS)  # the languages whose syntax `check_syntax` checks
 
 
 class GrammarError(Exception):
@@ -89,7 +92,10 @@ def _context(node: Node, data: bytes) -> str:
 
 
 def check_syntax(before: str, after: str, language: str) -> Check:
-    """The tree-sitter syntax errors that `after` has and `before` had not."""
+    """The syntax errors that `after` has and `before` had not: by the format's parser for a data format
+    (`formats.check_format`), else by tree-sitter."""
+    if language in FORMATS:
+        return check_format(before, after, language)
     try:
         old_data, new_data = encode(before), encode(after)
         old, new = syntax_errors(parse(language, old_data)), syntax_errors(parse(language, new_data))

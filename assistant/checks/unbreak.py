@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from assistant.checks.positions import LineIndex, line_diff
 from assistant.checks.report import Fix, applied, restoring
-from assistant.checks.syntax import GRAMMARS, GrammarError, check_syntax
+from assistant.checks.syntax import LANGUAGES, GrammarError, check_syntax
 
 LIMIT = 12  # hunks reverted at most: each costs a parse of the whole text
 
@@ -56,7 +56,7 @@ def _first_error(before: str, language: str) -> Callable[[str], int | None] | No
         if _python_error(before) is not None:
             return None
         return _python_error
-    if language not in GRAMMARS:
+    if language not in LANGUAGES:
         return None
 
     def introduced(text: str) -> int | None:
