@@ -147,10 +147,16 @@ class Answers(Protocol):
 
 def checked(engine: Answers, request: Request, attempts: int, cancel: threading.Event | None) -> Iterator[Event]:
     """The events of the engine's answer to `request`, then its Result checked and, while problems remain,
-    repaired with up to `attempts` further answers of the engine."""
+    repaired with up to `attempts` further answers of the engine. The answer is asked for now, so a request
+    the engine refuses raises RewriteError here, before anything runs."""
+    return _checked(engine, request, engine.answer(request, cancel), attempts, cancel)
+
+
+def _checked(engine: Answers, request: Request, first: Iterator[Event], attempts: int,
+             cancel: threading.Event | None) -> Iterator[Event]:
     edit = Edit(request.document, request.instruction, request.selection, request.language, request.references)
     result = None
-    with closing(engine.answer(request, cancel)) as first:
+    with closing(first):
         for event in first:
             if isinstance(event, Result):
                 result = event
