@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import uvicorn
-
-from assistant import config
+from assistant import Assistant, config
 from assistant.cli.options import add_model_options
-from assistant import Assistant
+from assistant.http import server
 from assistant.serve.app import NoKeyForOpenAddress, check_bind, create_app, server_config
 
 
@@ -42,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"assistant serve: http://{args.host}:{args.port}/v1 (the model loads in the background; GET /health "
           f"answers 200 once it is ready)", file=sys.stderr)
-    uvicorn.Server(server_config(create_app(factory, args.model, args.api_key), args.host, args.port)).run()
+    app = create_app(factory, args.model, args.api_key)
+    server.run(server_config(app, args.host, args.port), app.state.generations)  # until SIGINT or SIGTERM
     return 0

@@ -7,12 +7,10 @@ samples (the playground does not import the tools).
 from __future__ import annotations
 
 import argparse
-import signal
-
-import uvicorn
 
 from assistant.bench import data
 from assistant.cli.options import add_engine_option, add_model_options, assistant_for
+from assistant.http import server
 from assistant.web.app import Sample, create_app, server_config
 
 
@@ -30,12 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return assistant_for(args)
 
     print(f"assistant web: open http://{args.host}:{args.port}/ (the model loads in the background)")
-    # uvicorn stops gracefully on SIGINT and SIGTERM (rewrites cancelled, the model closed), then raises the
-    # signal again to die of it (a traceback, or no exit status); handled by doing nothing, the command ends 0.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: None)
     app = create_app(factory, args.model, samples=bench_samples())
-    uvicorn.Server(server_config(app, args.host, args.port)).run()
+    server.run(server_config(app, args.host, args.port), app.state.generations)  # until SIGINT or SIGTERM
     return 0
 
 

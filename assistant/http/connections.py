@@ -26,7 +26,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-REQUEST_SECONDS = 10.0
+REQUEST_SECONDS = 10.0  # a connection owes a whole request within this of opening or of its previous answer
 OWED = (h11.IDLE, h11.SEND_BODY)  # the client's states in which the server waits on it
 
 

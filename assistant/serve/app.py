@@ -5,7 +5,7 @@
     GET  /v1/models             GET  /health
 
 Laid out as the playground (`web/app.py`): plain endpoint functions on a router, the model reached
-through a dependency (`asgi.model`) and loaded by the lifespan on a thread of its own, bodies bounded.
+through a dependency (`http/lifespan.py`) and loaded by the lifespan on a thread of its own, bodies bounded.
 One model answers every client: requests run one at a time in arrival order (the engine's queue), a
 request past the door's limit is refused with 503, and prompt prefixes are reused across clients (the
 engine's prefix cache). How a request becomes an engine call, and the extension fields, are in
@@ -35,30 +35,15 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
-from assistant.asgi import (
-    Busy,
-    Generations,
-    GuardHostAndOrigin,
-    cancel_on_disconnect,
-    lifespan,
-    load_error,
-    loaded,
-    model,
-)
-from assistant.engine import aio
 from assistant import Assistant, Result, RewriteError
-from assistant.serve.protocol import (
-    Answer,
-    ChatRequest,
-    CompletionRequest,
-    Sampled,
-    chat_job,
-    completion_job,
-)
+from assistant.engine import aio
+from assistant.http import server
+from assistant.http.generations import MAX_GENERATIONS, STOPPING, Busy, Generations, cancel_on_disconnect
+from assistant.http.guard import GuardHostAndOrigin
+from assistant.http.lifespan import lifespan, load_error, loaded, model
+from assistant.serve.protocol import Answer, ChatRequest, CompletionRequest, Sampled, chat_job, completion_job
 
 MAX_BODY_BYTES = 16 << 20  # a request of the largest texts protocol.py accepts, every character escaped
-MAX_GENERATIONS = 64  # requests running or waiting for the model (each holds a thread); more get 503
-MAX_CONNECTIONS = 256  # open connections; uvicorn answers 503 past it
 KEEP_ALIVE = 10.0  # seconds a stream may go without a chunk before it gets a comment
 
 
@@ -101,10 +86,16 @@ async def refused(request: Request, error: RewriteError) -> JSONResponse:
     return error_response(400, str(error))
 
 
-def failure_message(error: BaseException) -> str:
-    if isinstance(error, RewriteError):
-        return str(error)
-    return f"the generation failed ({type(error).__name__}: {error}); the answer so far is unfinished"
+def failure(event) -> tuple[int, str] | None:
+    """The status and message of an event that ends a generation without an answer: an exception, or a
+    Result cancelled (the server is stopping: a client that left hears nothing); None for any other."""
+    if isinstance(event, RewriteError):
+        return 400, str(event)
+    if isinstance(event, BaseException):
+        return 500, f"the generation failed ({type(event).__name__}: {event}); the answer so far is unfinished"
+    if isinstance(event, Result) and event.stopped == "cancelled":
+        return 503, STOPPING
+    return None
 
 
 class RequireKey:
@@ -153,15 +144,14 @@ async def answer(reply: Answer, body: Sampled, request: Request, generations: Ge
     try:
         first = await anext(events, None)
         if first is not STARTED:
-            raise HTTPException(400 if isinstance(first, RewriteError) else 500,
-                                failure_message(first or RuntimeError("no answer")))
+            raise HTTPException(*failure(first or RuntimeError("no answer")))
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(streamed(reply, events, include_usage, cancel),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         async for event in events:
-            if isinstance(event, BaseException):
-                raise HTTPException(400 if isinstance(event, RewriteError) else 500, failure_message(event))
+            if (failed := failure(event)) is not None:
+                raise HTTPException(*failed)
             if isinstance(event, Result):
                 return reply.whole(event)
         raise HTTPException(500, "the engine ended without an answer")
@@ -200,9 +190,8 @@ async def streamed(reply: Answer, events: AsyncIterator, include_usage: bool,
             if event is None:
                 yield ": keep-alive\n\n"
                 continue
-            if isinstance(event, BaseException):
-                yield frame({"error": {"message": failure_message(event), "type": "server_error", "param": None,
-                                       "code": None}})
+            if (failed := failure(event)) is not None:
+                yield frame({"error": {"message": failed[1], "type": "server_error", "param": None, "code": None}})
                 return
             if isinstance(event, Result):
                 yield frame(reply.last_chunk(event))
@@ -282,6 +271,5 @@ def create_app(assistant_factory: Callable[[], Assistant], model_name: str, api_
 
 
 def server_config(app: FastAPI, host: str, port: int, **options) -> uvicorn.Config:
-    """uvicorn's settings: the number of connections is bounded, so no client can make the server hold
-    unbounded memory."""
-    return uvicorn.Config(app, host=host, port=port, limit_concurrency=MAX_CONNECTIONS, **options)
+    """uvicorn's settings for the server (`http/server.py`), its connections reaped as the playground's."""
+    return server.server_config(app, host, port, MAX_BODY_BYTES, **options)

@@ -37,7 +37,7 @@ from assistant import Assistant, Delta, Event, Queued, Repair, Repairing, Reques
 MAX_TEXT_CHARS = 400_000  # a message, the prediction, the document: each at most this
 MAX_MESSAGES = 256
 MAX_NEW_TOKENS = 8192
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # "cancelled" has no client left to tell
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # "cancelled" ends with an error (app.py)
 
 
 # ---------------------------------------------------------------- requests

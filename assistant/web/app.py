@@ -25,12 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import HTTPConnection
 
 from assistant import STRATEGIES, Delta, Engine, Queued, Repairing, Result, RewriteError, check_strategy
-from assistant.asgi import (STILL_LOADING, Busy, Generations, GuardHostAndOrigin, cancel_on_disconnect, load_error,
-                            lifespan, loaded, model)
 from assistant.checks import language_of
 from assistant.checks.syntax import GRAMMARS
-from assistant.connections import PingedWebSocketProtocol, ReapedH11Protocol
 from assistant.engine import aio
+from assistant.http import server
+from assistant.http.generations import MAX_GENERATIONS, Busy, Generations, cancel_on_disconnect
+from assistant.http.guard import GuardHostAndOrigin
+from assistant.http.lifespan import STILL_LOADING, lifespan, load_error, loaded, model
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOCUMENT_CHARS = 200_000
@@ -38,9 +39,6 @@ MAX_INSTRUCTION_CHARS = 10_000
 MAX_NEW_TOKENS = 4096
 # The largest valid request: every character of the text written as a JSON escape pair (12 bytes).
 MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
-MAX_GENERATIONS = 64  # rewrites started and not yet ended (each holds a thread); more are refused
-MAX_CONNECTIONS = 256  # open connections; past it the longest idle is closed, or uvicorn answers 503
-PING_SECONDS = 5.0  # a websocket is pinged this often, and dropped when its pong is this late
 CHECKED_LANGUAGES = ("python", *GRAMMARS)  # ruff for Python, tree-sitter's syntax for the rest
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
 
@@ -392,11 +390,6 @@ def create_app(assistant_factory: Callable[[], Engine], model_name: str = "",
     return app
 
 
-def server_config(app: FastAPI, host: str, port: int, **options):
-    """uvicorn's settings for the playground: a websocket message is bounded like an HTTP body, and so
-    is the number of connections, so no client can make the server hold unbounded memory; idle and
-    unfinished connections are closed (`connections`), and a websocket whose peer stopped answering is dropped
-    within two PING_SECONDS, cancelling its rewrite."""
-    return uvicorn.Config(app, host=host, port=port, http=ReapedH11Protocol, ws=PingedWebSocketProtocol,
-                          ws_max_size=MAX_BODY_BYTES, ws_ping_interval=PING_SECONDS, ws_ping_timeout=PING_SECONDS,
-                          limit_concurrency=MAX_CONNECTIONS, **options)
+def server_config(app: FastAPI, host: str, port: int, **options) -> uvicorn.Config:
+    """uvicorn's settings for the playground (`http/server.py`): a websocket message bounded like a body."""
+    return server.server_config(app, host, port, MAX_BODY_BYTES, **options)

@@ -17,8 +17,7 @@ import uvicorn
 from assistant.checks import Check, Problem
 from assistant.engine.assistant import TurnQueue
 from assistant.engine.contract import Request, check_request
-from assistant.engine.events import Delta, Queued, Result, Stats
-from assistant.engine.events import Repair, Repairing
+from assistant.engine.events import Delta, Queued, Repair, Repairing, Result, Stats
 from assistant.engine.output import Span, merge_spans
 from assistant.web.app import server_config
 

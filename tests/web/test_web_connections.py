@@ -19,9 +19,10 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from assistant.connections import REQUEST_SECONDS
 from assistant.engine.events import Delta
-from assistant.web.app import PING_SECONDS, create_app
+from assistant.http.connections import REQUEST_SECONDS
+from assistant.http.server import PING_SECONDS
+from assistant.web.app import create_app
 
 LONG = {"document": "x" * 100_000, "instruction": "Copy it."}  # 25,000 steps: runs until cancelled
 

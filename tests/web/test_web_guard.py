@@ -12,7 +12,7 @@ import pytest
 import websockets
 from playground import FakeAssistant, serve
 
-from assistant.asgi import host_allowed
+from assistant.http.guard import host_allowed
 from assistant.web.app import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS, create_app
 
 RUN = {"document": "def add(a, b):\n    return a + b\n", "instruction": "Rename add to plus.", "max_new_tokens": 64}
