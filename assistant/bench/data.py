@@ -9,7 +9,10 @@ modules to rewrite without changing what they do, each checked by CPython's own 
 modules come shortest first (a whole module is rewritten, several times over with `ar` and repairs,
 so a small sample stays affordable), and a module's instructions are taken in a turn of their own
 (the first module's from the first, the second's from the second...), so that a small sample spans
-both modules and instructions."""
+both modules and instructions. The `canitedit` task (`canitedit.py`) is CanItEdit's development split,
+each problem twice (its descriptive and its lazy instruction, in the groups `descriptive` and `lazy`, so a
+sample of two is one problem asked both ways); all its records are `eval` records, less the problems whose
+packages are not installed (`left_out`)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistant.bench import preserve
+from assistant.bench import canitedit, preserve
 
 FOLDER = Path(__file__).parent / "benchdata"
 EDIT_TASKS = {"code-edit": "code_edit.jsonl", "text-edit": "text_edit.jsonl"}
@@ -26,7 +29,8 @@ SPEC_BENCH_TASKS = {"summarization": "summarization", "rag": "rag", "translation
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 FIX_TASK, FIX_FILE = "fix", "humanevalfix_python_dev.jsonl"
 PRESERVE_TASK = "preserve"
-TASKS = tuple(EDIT_TASKS) + (FIX_TASK, PRESERVE_TASK) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
+CANITEDIT_TASK = "canitedit"
+TASKS = tuple(EDIT_TASKS) + (FIX_TASK, PRESERVE_TASK, CANITEDIT_TASK) + tuple(SPEC_BENCH_TASKS) + ("mt-bench",)
 
 
 class DataError(ValueError):
@@ -41,7 +45,7 @@ class Record:
     instruction: str = ""  # empty for chat tasks
     earlier_turns: tuple[str, ...] = field(default=())  # MT-Bench: turns the model answers first
     group: str = ""  # where the record comes from: the edit sets' source, Spec-Bench's category, the bug type
-    tests: str = ""  # `fix`: Python that raises unless the rewritten document defines a correct function
+    tests: str = ""  # `fix`, `canitedit`: Python that raises unless the rewritten document is correct
     language: str | None = None  # the LSP languageId the engine checks the answer as; None: unchecked
     module: str = ""  # `preserve`: the standard-library module the document is
     test_module: str = ""  # `preserve`: CPython's tests of it, run against the rewrite
@@ -77,6 +81,8 @@ def load(task: str, split: str = "eval", folder: Path = FOLDER) -> list[Record]:
             return [fix_record(r) for r in read_jsonl(folder / FIX_FILE)] if split == "eval" else []
         elif task == PRESERVE_TASK:
             return preserve_records() if split == "eval" else []
+        elif task == CANITEDIT_TASK:
+            return canitedit_records(folder) if split == "eval" else []
         else:
             rows = read_jsonl(folder / "spec_bench_question.jsonl")
             categories = MT_BENCH if task == "mt-bench" else (SPEC_BENCH_TASKS[task],)
@@ -114,6 +120,23 @@ def preserve_records() -> list[Record]:
     modules = sorted(by_module.values(), key=lambda records: len(records[0].document))
     return [record for turn, records in enumerate(modules)
             for record in records[turn % len(records):] + records[:turn % len(records)]]
+
+
+def canitedit_records(folder: Path = FOLDER) -> list[Record]:
+    """Each problem whose packages are installed, asked with each instruction (`canitedit.INSTRUCTIONS`)."""
+    return [Record(f"canitedit-{row['full_name']}-{kind}", CANITEDIT_TASK, row["before"], row[field_name],
+                   group=kind, tests=row["tests"], language="python")
+            for row in read_jsonl(folder / canitedit.FILE) if not canitedit.missing(row["requires"])
+            for kind, field_name in canitedit.INSTRUCTIONS.items()]
+
+
+def left_out(task: str, folder: Path = FOLDER) -> dict[str, list[str]]:
+    """The problems of `task` that cannot run here, each with the packages it lacks (only CanItEdit's
+    problems need packages)."""
+    if task != CANITEDIT_TASK:
+        return {}
+    rows = read_jsonl(folder / canitedit.FILE)
+    return {row["full_name"]: canitedit.missing(row["requires"]) for row in rows if canitedit.missing(row["requires"])}
 
 
 def sample(records: list[Record], count: int) -> list[Record]:

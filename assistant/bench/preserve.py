@@ -10,6 +10,10 @@ rewritten module is put in front of every other way to import that name (before 
 built-in modules, the path and the interpreter's own earlier import of it), and the program checks
 that the module and the test module's references to it are the rewritten file before running any
 test, so that a rewrite that cannot be used is never scored by the original module's passing tests.
+
+Tests that keep passing say the edit kept the behaviour, not that it made the edit: `done` says how much
+of what the instruction asked the answer did (`done.py`), so that an answer that changed nothing is kept
+but not done.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from . import done, sandbox
 
 # The development set; reviewers hold other modules apart, so nothing here may depend on these ten.
 MODULES = ("textwrap", "getopt", "quopri", "netrc", "linecache", "filecmp", "codeop", "timeit", "string", "copy")
@@ -33,6 +37,10 @@ INSTRUCTIONS = {
     "f-strings": "Use f-strings instead of % formatting.",
 }
 RENAME_LOCAL = "rename-local"  # an instruction of its own for each module: see `rename_instruction`
+RENAME = "Rename the local variable `{old}` in `{function}` to `{new}`."
+RENAMED = re.compile(r"Rename the local variable `(?P<old>\w+)` in `(?P<function>[\w.]+)` to `(?P<new>\w+)`\.\Z")
+DONE = {INSTRUCTIONS["type-hints"]: done.hints_done, INSTRUCTIONS["docstrings"]: done.docstrings_done,
+        INSTRUCTIONS["f-strings"]: done.fstrings_done}
 DEFAULT_INSTRUCTIONS = (*INSTRUCTIONS, RENAME_LOCAL)
 TIME_LIMIT_S = 120.0
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -126,8 +134,16 @@ def rename_instruction(source: str) -> str | None:
             new = f"{old}_local"
             while new in taken:
                 new += "_"
-            return f"Rename the local variable `{old}` in `{qualified_name}` to `{new}`."
+            return RENAME.format(old=old, function=qualified_name, new=new)
     return None
+
+
+def share_done(before: str, after: str, instruction: str) -> float | None:
+    """The share of what `instruction` (one this module asks) asked that `after` did to `before` (`done.py`);
+    None when `before` had nothing of the kind to do."""
+    if rename := RENAMED.match(instruction):
+        return done.rename_done(before, after, rename["function"], rename["old"], rename["new"])
+    return DONE[instruction](before, after)
 
 
 def functions(body: list[ast.stmt], prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:

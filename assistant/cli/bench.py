@@ -1,4 +1,5 @@
-"""`assistant bench`: the options of the benchmark (`assistant/bench/runner.py`), checked before the model loads.
+"""`assistant bench`: the options of the benchmark (`assistant/bench/`: plan.py checks them before the model
+loads, run.py measures, report.py reports).
 
     assistant bench --tasks code-edit,text-edit --strategies ar,hf-pld,pld,pld+h,pld+a --samples 5
 """
@@ -10,17 +11,18 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
-from assistant.bench import data, runner
-from assistant.cli.options import add_model_options, interrupt_on_sigterm
 from assistant import Assistant, ModelError
+from assistant.bench import data, plan
+from assistant.bench import run as bench_run
+from assistant.cli.options import add_model_options, interrupt_on_sigterm
 
 
 def register(commands) -> None:
     parser = commands.add_parser("bench", help="measure strategies on the benchmark data")
-    parser.add_argument("--tasks", default=",".join(runner.DEFAULT_TASKS),
+    parser.add_argument("--tasks", default=",".join(plan.DEFAULT_TASKS),
                         help=f"comma-separated: {', '.join(data.TASKS)}")
-    parser.add_argument("--strategies", default=",".join(runner.DEFAULT_STRATEGIES),
-                        help=f"comma-separated: {', '.join(runner.STRATEGIES)} (ar always runs: it is the reference); "
+    parser.add_argument("--strategies", default=",".join(plan.DEFAULT_STRATEGIES),
+                        help=f"comma-separated: {', '.join(plan.STRATEGIES)} (ar always runs: it is the reference); "
                              "an engine strategy may name other weights (pld+h@float32) or another number of "
                              "repair passes (pld+h@repairs=0: repair off)")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
@@ -41,8 +43,8 @@ def register(commands) -> None:
 
 def run(args) -> int:
     try:
-        plan = runner.plan(args)
-    except runner.BenchError as error:
+        planned = plan.plan(args)
+    except plan.BenchError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
@@ -58,4 +60,4 @@ def run(args) -> int:
     except ModelError as error:
         print(f"assistant bench: {error}", file=sys.stderr)
         return 2
-    return 130 if runner.run(plan, assistant, args.model, load) else 0
+    return 130 if bench_run.run(planned, assistant, args.model, load) else 0

@@ -1,5 +1,5 @@
-"""`assistant bench`: argument and data errors, the attribution metric, the fix task, llama.cpp's
-GGUF, the package data, and tiny real runs."""
+"""`assistant bench`: the forward costs' context, llama.cpp's GGUF, the package data, the attribution
+metric, and tiny real runs."""
 
 from __future__ import annotations
 
@@ -15,145 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 
 from assistant import cli
-from assistant.bench import data, runner, step_costs
+from assistant.bench import data, generators, plan, step_costs
 from assistant.bench.attribution_quality import Quality, alignment, quality
-from assistant.cli import bench as bench_command
 from assistant.config import settings
 from assistant.engine.output import Span
 from assistant.model import loading
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Bad input must be refused before any model loads."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded")
-    monkeypatch.setattr(bench_command, "Assistant", refuse)
-
-
-def parse(*argv: str):
-    parser = argparse.ArgumentParser()
-    bench_command.register(parser.add_subparsers())
-    return parser.parse_args(["bench", *argv])
-
-
-def test_defaults():
-    args = parse()
-    assert args.tasks == "code-edit,text-edit"
-    assert args.strategies == "ar,hf-pld,pld,pld+h,pld+a"
-    assert (args.samples, args.max_new_tokens, args.out) == (5, None, None)  # None: whole answers
-    assert runner.plan(args).strategies == ["ar", "hf-pld", "pld", "pld+h", "pld+a"]
-
-
-def test_ar_runs_first_even_when_not_asked():
-    assert runner.plan(parse("--strategies", "pld,hf-pld,pld")).strategies == ["ar", "pld", "hf-pld"]
-
-
-def test_strategies_on_other_weights_run_after_ar_and_before_the_rest():
-    planned = runner.plan(parse("--strategies", "pld+h,pld+h@float32,ar@float32,hf-pld")).strategies
-    assert planned == ["ar", "ar@float32", "pld+h", "pld+h@float32", "hf-pld"]  # ar@W is pld+h@W's reference
-
-
-@pytest.mark.parametrize("argv, message", [
-    (("--tasks", "poetry"), "unknown task 'poetry'"),
-    (("--strategies", "ar,turbo"), "unknown strategy 'turbo'"),
-    (("--strategies", "ar@int3"), "unknown strategy 'ar@int3'"),
-    (("--strategies", "hf-pld@float32"), "or an engine strategy with other weights, such as ar@float32"),
-    (("--samples", "100000"), "more than the"),
-    (("--samples", "0"), "at least 1"),
-    (("--max-new-tokens", "0"), "at least 1"),
-    (("--max-draft", "0"), "--max-draft must be between 1 and"),
-    (("--tasks", "fix", "--records", "Python/1,Python/999"), "no record 'Python/999' in the tasks fix"),
-])
-def test_bad_arguments_exit_2_before_loading(no_model, capsys, argv, message):
-    assert cli.main(["bench", *argv]) == 2
-    assert message in capsys.readouterr().err
-
-
-def test_unreadable_data_exits_2(no_model, monkeypatch, capsys):
-    def broken(task, split="eval"):
-        raise data.DataError("code_edit.jsonl:3: not JSON")
-    monkeypatch.setattr(data, "load", broken)
-    assert cli.main(["bench"]) == 2
-    assert "not JSON" in capsys.readouterr().err
-
-
-def test_records_run_just_the_records_named():
-    planned = runner.plan(parse("--tasks", "fix,preserve", "--records", "preserve-timeit-type-hints,Python/1")).records
-    assert [record.id for record in planned] == ["Python/1", "preserve-timeit-type-hints"]
-
-
-def test_samples_spread_over_every_source_of_a_task():
-    records = data.load("code-edit")
-    chosen = data.sample(records, 10)
-    assert len({r.id for r in chosen}) == 10
-    assert {r.group for r in chosen} == {r.group for r in records} and len({r.group for r in records}) == 5
-    assert sorted(r.id for r in data.sample(records, len(records) + 5)) == sorted(r.id for r in records)
-
-
-# --- the fix task: HumanEvalFix Python, checked by each task's own tests ---------------------------
-
-def test_fix_task_plans_every_task_of_the_development_split():
-    rows = data.read_jsonl(data.FOLDER / data.FIX_FILE)
-    records = runner.plan(parse("--tasks", "fix", "--samples", str(len(rows)))).records
-    assert sorted(r.id for r in records) == sorted(r["task_id"] for r in rows) and len(rows) == 45
-    by_id = {r["task_id"]: r for r in rows}
-    for record in records:
-        row = by_id[record.id]
-        assert record.task == "fix" and record.is_edit
-        assert record.instruction == f"Fix bugs in {row['entry_point']}."
-        assert record.document == row["prompt"] + row["buggy_solution"]  # the file as a user has it
-        assert record.tests.startswith(row["test"]) and record.tests.rstrip().endswith(f"check({row['entry_point']})")
-    assert data.load("fix", "calibration") == []  # nothing is tuned on it
-
-
-def test_fix_task_calls_check_when_the_tests_do_not():
-    row = {**data.read_jsonl(data.FOLDER / data.FIX_FILE)[0], "test": "def check(f):\n    assert f('') == []\n"}
-    assert data.fix_record(row).tests.rstrip().endswith("check(separate_paren_groups)")
-
-
-def test_fix_samples_beyond_the_split_exit_2(no_model, capsys):
-    assert cli.main(["bench", "--tasks", "fix", "--samples", "46"]) == 2
-    assert "more than the 45 fix eval records" in capsys.readouterr().err
-
-
-def fake_row(strategy: str, record: str, tokens: int, seconds: float, first: float | None, **extra) -> dict:
-    return {"task": "fix", "id": record, "strategy": strategy, "new_tokens": tokens, "seconds": seconds,
-            "steps": None, "first_token_seconds": first, "exact_match": True, "complete": True, "max_rss_mb": 1.0,
-            **extra}
-
-
-def test_summary_reports_the_fix_rate_and_the_speed_against_llama_cpp():
-    rows = [fake_row("ar", "a", 10, 2.0, 0.5, fixed=True), fake_row("pld+h", "a", 10, 1.0, 0.5, fixed=True),
-            fake_row("llama-cpp", "a", 10, 4.0, 1.0, fixed=False),
-            fake_row("ar", "b", 10, 2.0, 0.5, fixed=False), fake_row("pld+h", "b", 10, 1.0, 0.5, fixed=True)]
-    summary = {s["strategy"]: s for s in runner.summarize(rows, ["fix"], ["ar", "pld+h", "llama-cpp"])}
-    assert (summary["ar"]["fixed"], summary["ar"]["fix_tried"], summary["ar"]["fix_rate"]) == (1, 2, 0.5)
-    assert summary["pld+h"]["fix_rate"] == 1.0 and summary["llama-cpp"]["fix_rate"] == 0.0
-    # Against llama.cpp on the one record it ran: 10 tokens in 1 s against 10 in 4 s; after the first
-    # token 9 in 0.5 s against 9 in 3 s.
-    assert summary["pld+h"]["vs_llama_cpp"] == pytest.approx(4.0)
-    assert summary["pld+h"]["vs_llama_cpp_decode"] == pytest.approx(6.0)
-    assert summary["llama-cpp"]["vs_llama_cpp"] == pytest.approx(1.0)
-    table = render(runner.table(list(summary.values()), {}))
-    assert "fix rate" in table and "50% (1/2)" in table and "vs llama.cpp" in table and "4.00x" in table
-
-
-def test_table_leaves_out_columns_nothing_measured():
-    summary = runner.summarize([fake_row("ar", "a", 10, 2.0, 0.5)], ["fix"], ["ar"])
-    assert summary[0]["fix_rate"] is None and summary[0]["vs_llama_cpp"] is None
-    table = render(runner.table(summary, {}))
-    assert "fix rate" not in table and "llama.cpp" not in table
-
-
-def render(table) -> str:
-    console = Console(width=400, record=True)
-    console.print(table)
-    return console.export_text()
-
 
 # --- llama.cpp reads one GGUF file; the package ships the bench data --------------------------------
 
@@ -196,13 +64,13 @@ def test_a_damaged_split_gguf_is_refused_and_leaves_nothing(tmp_path, monkeypatc
 def test_a_single_part_gguf_is_read_where_it_is(tmp_path):
     (tmp_path / "w.gguf").write_bytes(b"GGUF")
     assert loading.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m") == tmp_path / "w.gguf"
-    assert runner.llama_gguf(str(tmp_path / "w.gguf")) == tmp_path / "w.gguf"
+    assert generators.llama_gguf(str(tmp_path / "w.gguf")) == tmp_path / "w.gguf"
 
 
 @pytest.mark.parametrize("model", ["HuggingFaceTB/SmolLM2-135M-Instruct", "some/folder", "missing.gguf"])
 def test_llama_cpp_needs_a_gguf(model):
-    with pytest.raises(runner.BenchError, match="llama-cpp reads GGUF weights"):
-        runner.llama_gguf(model)
+    with pytest.raises(plan.BenchError, match="llama-cpp reads GGUF weights"):
+        generators.llama_gguf(model)
 
 
 def test_a_built_wheel_carries_its_data_under_one_package(tmp_path):
@@ -342,7 +210,7 @@ def test_fix_run_writes_the_fix_rate(monkeypatch, tmp_path, capsys):
 
 def left_out_because(model: str) -> str:
     assistant = argparse.Namespace(tuned=argparse.Namespace(heads=[1]), loaded=argparse.Namespace(context_length=512))
-    bench = runner.Runner(assistant, 8, model)
+    bench = generators.Runner(assistant, 8, model)
     assert bench.check(["ar", "llama-cpp"]) == ["ar"]
     return bench.unavailable["llama-cpp"]
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from assistant import cli
-from assistant.bench import data, preserve, runner
+from assistant.bench import data, generators, plan, preserve, report, run
 from assistant.checks import Check, Problem
 from assistant.cli import bench as bench_command
 from assistant.engine.events import Repair, Result, Stats
@@ -38,9 +38,9 @@ def test_preserve_records_span_modules_and_instructions():
 
 
 def test_strategies_with_another_number_of_repairs():
-    planned = runner.plan(parse("--tasks", "fix", "--strategies", "pld+h,pld+h@repairs=0,ar@repairs=0")).strategies
+    planned = plan.plan(parse("--tasks", "fix", "--strategies", "pld+h,pld+h@repairs=0,ar@repairs=0")).strategies
     assert planned == ["ar", "ar@repairs=0", "pld+h", "pld+h@repairs=0"]
-    bench = runner.Runner(argparse.Namespace(), None, "smollm2-135m")
+    bench = generators.Runner(argparse.Namespace(), None, "smollm2-135m")
     assert bench.with_weights("pld+h@repairs=0") == (bench.assistant, "pld+h", 0)
     assert bench.with_weights("pld") == (bench.assistant, "pld", None)
 
@@ -51,18 +51,18 @@ def test_bad_repair_variants_exit_2(capsys, strategy):
     assert "such as pld+h@repairs=0" in capsys.readouterr().err
 
 
-def run_of(text: str, first: str | None = None) -> runner.Run:
-    return runner.Run(text, 10, True, 1.0, first_text=first)
+def run_of(text: str, first: str | None = None) -> generators.Run:
+    return generators.Run(text, 10, True, 1.0, first_text=first)
 
 
 def test_what_each_answer_must_equal():
     results = {"ar": run_of("repaired", "first"), "ar@float32": run_of("repaired32", "first32")}
-    assert runner.expected("pld+h", results) == "repaired"  # the same passes, each exact
-    assert runner.expected("pld+h@repairs=0", results) == "first"  # ar's answer before its repairs
-    assert runner.expected("hf-pld", results) == "first"  # it does not repair
-    assert runner.expected("pld+h@float32", results) == "repaired32"
-    assert runner.expected("pld+h@repairs=1", results) is None  # ar did not run with one pass: no claim
-    assert runner.expected("pld+h@repairs=1", results | {"ar@repairs=1": run_of("once")}) == "once"
+    assert run.expected("pld+h", results) == "repaired"  # the same passes, each exact
+    assert run.expected("pld+h@repairs=0", results) == "first"  # ar's answer before its repairs
+    assert run.expected("hf-pld", results) == "first"  # it does not repair
+    assert run.expected("pld+h@float32", results) == "repaired32"
+    assert run.expected("pld+h@repairs=1", results) is None  # ar did not run with one pass: no claim
+    assert run.expected("pld+h@repairs=1", results | {"ar@repairs=1": run_of("once")}) == "once"
 
 
 def answer(problems: tuple[Problem, ...] = (), repairs: tuple[Repair, ...] = ()) -> Result:
@@ -72,17 +72,19 @@ def answer(problems: tuple[Problem, ...] = (), repairs: tuple[Repair, ...] = ())
 
 def test_an_answer_cut_short_is_broken_and_flagged():
     record = next(r for r in data.load("preserve") if r.module == "codeop")
-    verdict = runner.preserved(record, runner.Run(record.document[:200], 8, False, 1.0))
-    assert verdict == {"kept_passing": False, "test_outcome": "incomplete: the answer did not finish", "flagged": True}
+    verdict = run.preserved(record, generators.Run(record.document[:200], 8, False, 1.0))
+    assert verdict == {"kept_passing": False, "test_outcome": "incomplete: the answer did not finish", "done": 0.0,
+                       "useful": False, "flagged": True}  # a cut answer does not parse: it did nothing
 
 
 def test_the_module_itself_is_kept_and_a_named_problem_is_flagged():
     record = next(r for r in data.load("preserve") if r.module == "codeop")
-    kept = runner.preserved(record, runner.Run(record.document, 900, True, 1.0, result=answer()))
-    assert kept == {"kept_passing": True, "test_outcome": "passed", "flagged": False}
+    kept = run.preserved(record, generators.Run(record.document, 900, True, 1.0, result=answer()))
+    assert kept == {"kept_passing": True, "test_outcome": "passed", "done": 0.0, "useful": False,
+                    "flagged": False}  # kept, and did nothing of what was asked: not useful
     named = (Problem("Undefined name `Tuple`", 0, 5, "F821", "ruff"),)
     broken = record.document.replace("def compile_command(", "def compile_command(x: Tuple, ", 1)
-    verdict = runner.preserved(record, runner.Run(broken, 900, True, 1.0, result=answer(named)))
+    verdict = run.preserved(record, generators.Run(broken, 900, True, 1.0, result=answer(named)))
     assert not verdict["kept_passing"] and "NameError" in verdict["test_outcome"] and verdict["flagged"]
 
 
@@ -90,18 +92,23 @@ def test_summary_counts_kept_broken_flagged_and_the_time_repair_added():
     problem = Problem("Undefined name `Tuple`", 0, 5, "F821", "ruff")
     repair = Repair(1, (problem,), (), True, Stats(5, 2, 0.5, 10, 0, 0, 0.1), 0.52)
     rows = [
-        {"kept_passing": True, "flagged": False, "complete": True, **runner.checked(answer())},
-        {"kept_passing": True, "flagged": False, "complete": True, **runner.checked(answer(repairs=(repair,)))},
-        {"kept_passing": False, "flagged": True, "complete": True, **runner.checked(answer((problem,)))},
-        {"kept_passing": False, "flagged": False, "complete": True, **runner.checked(answer())},
-        {"kept_passing": False, "flagged": True, "complete": False},  # cut short: never checked
+        {"kept_passing": True, "flagged": False, "complete": True, "done": 1.0, "useful": True,
+         **run.checked(answer())},
+        {"kept_passing": True, "flagged": False, "complete": True, "done": 0.5, "useful": False,
+         **run.checked(answer(repairs=(repair,)))},
+        {"kept_passing": False, "flagged": True, "complete": True, "done": 1.0, "useful": False,
+         **run.checked(answer((problem,)))},
+        {"kept_passing": False, "flagged": False, "complete": True, "done": None, "useful": False,
+         **run.checked(answer())},
+        {"kept_passing": False, "flagged": True, "complete": False, "done": 0.0, "useful": False},  # cut short: unchecked
     ]
-    summary = runner.summarize_checks(rows)
+    summary = report.summarize_checks(rows)
     assert (summary["kept"], summary["broken"], summary["flagged"], summary["incomplete"]) == (2, 3, 2, 1)
+    assert (summary["done"], summary["done_measured"], summary["useful"]) == (0.625, 4, 1)  # done: of the 4 measured
     assert (summary["repaired"], summary["repair_passes"], summary["false_alarms"]) == (1, 1, 0)
     assert summary["repair_share"] == pytest.approx(0.52 / (1.5 + 0.02))  # its pass against the rest of its time
     assert summary["check_share"] == pytest.approx(0.04 / (4.0 + 0.04))  # on the two clean answers
-    assert runner.summarize_checks([{"fixed": True}]) == dict.fromkeys(summary)
+    assert report.summarize_checks([{"fixed": True}]) == dict.fromkeys(summary)
 
 
 @needs_smollm2

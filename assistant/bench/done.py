@@ -1,0 +1,102 @@
+"""How much of what an instruction asked an answer did, measured on the syntax tree of Python before and
+after the edit: an answer that gives the code back unchanged keeps every test passing, and did nothing.
+
+Each measure is a share in [0, 1] of the things the instruction asked about, found by qualified name
+(`Class.method`, a nested function `outer.inner`), or None when the code before had nothing to do:
+- type hints: the functions that lacked complete annotations and now have them. A function's annotations
+  are complete when every parameter (`*args` and `**kwargs` included) but a first positional `self` or
+  `cls` is annotated, and so is its return (`-> None` too: a missing return hint is not complete);
+- docstrings: the functions and classes that lacked a docstring and now have one;
+- f-strings: the `%` formats (a string literal `%` something) converted: 1 less those left over those before;
+- a rename: the occurrences (names read, written or deleted, in the function and what it nests) of the
+  old name that are the new one after, over those of the old name before.
+A definition the answer removed is not done; an answer that does not parse did nothing.
+
+The measures read only the two texts, so the engine could use them as well as the bench.
+"""
+
+from __future__ import annotations
+
+import ast
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+METHOD_FIRST = ("self", "cls")
+
+
+def definitions(tree: ast.AST | None, prefix: str = "") -> dict[str, Definition]:
+    """Every function and class by qualified name (the first of a name defined twice), at any depth."""
+    found: dict[str, Definition] = {}
+    for node in ast.iter_child_nodes(tree) if tree is not None else ():
+        if isinstance(node, Definition):
+            found.setdefault(prefix + node.name, node)
+            inner = definitions(node, f"{prefix}{node.name}.")
+        else:
+            inner = definitions(node, prefix)
+        for name, definition in inner.items():
+            found.setdefault(name, definition)
+    return found
+
+
+def parsed(text: str) -> ast.AST | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def share(asked: set[str], done: set[str]) -> float | None:
+    return len(asked & done) / len(asked) if asked else None
+
+
+def annotated(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    if positional and positional[0].arg in METHOD_FIRST:
+        positional = positional[1:]
+    rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return function.returns is not None and all(a.annotation is not None
+                                                 for a in positional + arguments.kwonlyargs + rest)
+
+
+def functions(text: str | ast.AST | None) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = parsed(text) if isinstance(text, str) else text
+    return {name: node for name, node in definitions(tree).items() if not isinstance(node, ast.ClassDef)}
+
+
+def hints_done(before: str, after: str) -> float | None:
+    """The share of the functions lacking complete annotations before that have them after."""
+    asked = {name for name, node in functions(before).items() if not annotated(node)}
+    return share(asked, {name for name, node in functions(after).items() if annotated(node)})
+
+
+def docstrings_done(before: str, after: str) -> float | None:
+    """The share of the functions and classes without a docstring before that have one after."""
+    asked = {name for name, node in definitions(parsed(before)).items() if ast.get_docstring(node) is None}
+    return share(asked, {name for name, node in definitions(parsed(after)).items() if ast.get_docstring(node)})
+
+
+def percent_formats(tree: ast.AST | None) -> int:
+    """The `%` operations whose left side is a string literal."""
+    return sum(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
+               and isinstance(node.left.value, str) for node in ast.walk(tree)) if tree is not None else 0
+
+
+def fstrings_done(before: str, after: str) -> float | None:
+    """1 less the share of the `%` formats before that are left after (0 when the answer does not parse)."""
+    asked, tree = percent_formats(parsed(before)), parsed(after)
+    if not asked:
+        return None
+    return 0.0 if tree is None else max(0.0, 1 - percent_formats(tree) / asked)
+
+
+def occurrences(node: ast.AST | None, name: str) -> int:
+    return sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)) if node is not None else 0
+
+
+def rename_done(before: str, after: str, function: str, old: str, new: str) -> float | None:
+    """The share of the occurrences of `old` in `function` before that are `new` in it after."""
+    asked = occurrences(definitions(parsed(before)).get(function), old)
+    if not asked:
+        return None
+    return min(asked, occurrences(definitions(parsed(after)).get(function), new)) / asked

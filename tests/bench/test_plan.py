@@ -1,0 +1,112 @@
+"""`assistant bench`'s plan: the defaults, the strategies (the engine's from its contract) and their order,
+argument and data errors refused before any model loads, the records chosen, the fix task's records."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from assistant import STRATEGIES as ENGINE_STRATEGIES
+from assistant import cli
+from assistant.bench import data, plan
+from assistant.cli import bench as bench_command
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Bad input must be refused before any model loads."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr(bench_command, "Assistant", refuse)
+
+
+def parse(*argv: str):
+    parser = argparse.ArgumentParser()
+    bench_command.register(parser.add_subparsers())
+    return parser.parse_args(["bench", *argv])
+
+
+def test_defaults():
+    args = parse()
+    assert args.tasks == "code-edit,text-edit"
+    assert args.strategies == "ar,hf-pld,pld,pld+h,pld+a"
+    assert (args.samples, args.max_new_tokens, args.out) == (5, None, None)  # None: whole answers
+    assert plan.plan(args).strategies == ["ar", "hf-pld", "pld", "pld+h", "pld+a"]
+
+
+def test_ar_runs_first_even_when_not_asked():
+    assert plan.plan(parse("--strategies", "pld,hf-pld,pld")).strategies == ["ar", "pld", "hf-pld"]
+
+
+def test_strategies_on_other_weights_run_after_ar_and_before_the_rest():
+    planned = plan.plan(parse("--strategies", "pld+h,pld+h@float32,ar@float32,hf-pld")).strategies
+    assert planned == ["ar", "ar@float32", "pld+h", "pld+h@float32", "hf-pld"]  # ar@W is pld+h@W's reference
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--tasks", "poetry"), "unknown task 'poetry'"),
+    (("--strategies", "ar,turbo"), "unknown strategy 'turbo'"),
+    (("--strategies", "ar@int3"), "unknown strategy 'ar@int3'"),
+    (("--strategies", "hf-pld@float32"), "or an engine strategy with other weights, such as ar@float32"),
+    (("--samples", "100000"), "more than the"),
+    (("--samples", "0"), "at least 1"),
+    (("--max-new-tokens", "0"), "at least 1"),
+    (("--max-draft", "0"), "--max-draft must be between 1 and"),
+    (("--tasks", "fix", "--records", "Python/1,Python/999"), "no record 'Python/999' in the tasks fix"),
+])
+def test_bad_arguments_exit_2_before_loading(no_model, capsys, argv, message):
+    assert cli.main(["bench", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreadable_data_exits_2(no_model, monkeypatch, capsys):
+    def broken(task, split="eval"):
+        raise data.DataError("code_edit.jsonl:3: not JSON")
+    monkeypatch.setattr(data, "load", broken)
+    assert cli.main(["bench"]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+def test_records_run_just_the_records_named():
+    planned = plan.plan(parse("--tasks", "fix,preserve", "--records", "preserve-timeit-type-hints,Python/1")).records
+    assert [record.id for record in planned] == ["Python/1", "preserve-timeit-type-hints"]
+
+
+def test_samples_spread_over_every_source_of_a_task():
+    records = data.load("code-edit")
+    chosen = data.sample(records, 10)
+    assert len({r.id for r in chosen}) == 10
+    assert {r.group for r in chosen} == {r.group for r in records} and len({r.group for r in records}) == 5
+    assert sorted(r.id for r in data.sample(records, len(records) + 5)) == sorted(r.id for r in records)
+
+
+# --- the fix task: HumanEvalFix Python, checked by each task's own tests ---------------------------
+
+def test_fix_task_plans_every_task_of_the_development_split():
+    rows = data.read_jsonl(data.FOLDER / data.FIX_FILE)
+    records = plan.plan(parse("--tasks", "fix", "--samples", str(len(rows)))).records
+    assert sorted(r.id for r in records) == sorted(r["task_id"] for r in rows) and len(rows) == 45
+    by_id = {r["task_id"]: r for r in rows}
+    for record in records:
+        row = by_id[record.id]
+        assert record.task == "fix" and record.is_edit
+        assert record.instruction == f"Fix bugs in {row['entry_point']}."
+        assert record.document == row["prompt"] + row["buggy_solution"]  # the file as a user has it
+        assert record.tests.startswith(row["test"]) and record.tests.rstrip().endswith(f"check({row['entry_point']})")
+    assert data.load("fix", "calibration") == []  # nothing is tuned on it
+
+
+def test_fix_task_calls_check_when_the_tests_do_not():
+    row = {**data.read_jsonl(data.FOLDER / data.FIX_FILE)[0], "test": "def check(f):\n    assert f('') == []\n"}
+    assert data.fix_record(row).tests.rstrip().endswith("check(separate_paren_groups)")
+
+
+def test_fix_samples_beyond_the_split_exit_2(no_model, capsys):
+    assert cli.main(["bench", "--tasks", "fix", "--samples", "46"]) == 2
+    assert "more than the 45 fix eval records" in capsys.readouterr().err
+
+
+def test_the_engine_strategies_come_from_the_contract():
+    assert plan.ENGINE_STRATEGIES is ENGINE_STRATEGIES
+    assert set(ENGINE_STRATEGIES) <= set(plan.STRATEGIES) and set(plan.DEFAULT_STRATEGIES) <= set(plan.STRATEGIES)
