@@ -4,8 +4,12 @@ the user decides each hunk; and where each offset of the answer stands in that t
 `Diff.between(base, answer)` compares whole lines; `Diff.view()` renders what stands over the
 rewrite's lines: unchanged lines once; each undecided hunk's old lines, then its new lines; a
 decided hunk's kept side only; while streaming, the base lines the answer has not reached yet after
-the rest. Invariants: with every hunk accepted the view is exactly the answer, with every hunk
-rejected exactly the base, and a line of the view lacks its line break only when it is the last.
+the rest; with `virtual`, an undecided hunk's old lines are left out (the editor shows them without
+making them text). Invariants: with every hunk accepted the view is exactly the answer, with every
+hunk rejected exactly the base, and a line of the view lacks its line break only when it is the last.
+
+`Diff.absorb` takes in the user's typing: whatever they typed stays where they typed it, and a hunk
+typed in is decided for the side typed in, so no review ends with both of a hunk's sides in the text.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from itertools import accumulate, pairwise
 from assistant.lsp import ranges
 
 PENDING, ACCEPTED, REJECTED = "pending", "accepted", "rejected"
+BREAKS = ("\n", "\r")
 
 
 def split_lines(text: str) -> tuple[str, ...]:
@@ -77,6 +82,29 @@ class Shown:
     old: tuple[int, int]
     new: tuple[int, int]
     answer: tuple[int, int]
+    removed: tuple[str, ...]  # its old lines' text
+
+
+@dataclass(frozen=True)
+class Part:
+    """A stretch of the view, in view offsets: a block's lines (`kind` "lines": unchanged lines, "kept": a
+    decided hunk's side), an undecided hunk's "old" or "new" lines, or the "waiting" base lines; `block`
+    is its index in `Diff.blocks`."""
+
+    kind: str
+    block: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of an undecided hunk after the user's typing (`Diff.absorb`): its text now, and whether it changed."""
+
+    kind: str
+    block: int
+    text: str
+    changed: bool
 
 
 @dataclass(frozen=True)
@@ -85,6 +113,7 @@ class View:
     hunks: tuple[Shown, ...]
     waiting: tuple[int, int]  # view lines of the base the streaming answer has not reached
     answer_lines: tuple[tuple[int, int, int], ...]  # each shown line of the answer: its start, end, view start
+    parts: tuple[Part, ...]  # the whole text, in order (some empty)
 
     def locate(self, offset: int) -> int | None:
         """The view offset of an answer offset, None when its line is not shown (a rejected hunk's)."""
@@ -146,9 +175,10 @@ class Diff:
     blocks: tuple[tuple[str, ...] | Hunk, ...]  # unchanged lines, or a hunk
     waiting: tuple[str, ...] = ()  # base lines the streaming answer has not reached
     newline: str = "\n"  # what ends a base line that lacks a break while new lines follow it
+    virtual: bool = False  # undecided hunks' old lines are left out of the view
 
     @classmethod
-    def between(cls, base: str, answer: str, *, final: bool = True, newline: str = "\n") -> Diff:
+    def between(cls, base: str, answer: str, *, final: bool = True, newline: str = "\n", virtual: bool = False) -> Diff:
         """The diff of `base` and `answer`; of a streaming answer (not `final`), the base lines after the
         last one it matched wait (its last line may be partial)."""
         old, new = split_lines(base), split_lines(answer)
@@ -165,7 +195,7 @@ class Diff:
                 blocks.append(new[j1:j2])
             else:
                 blocks.append(Hunk(sum(isinstance(b, Hunk) for b in blocks), old[i1:i2], new[j1:j2]))
-        return cls(tuple(blocks), waiting, newline)
+        return cls(tuple(blocks), waiting, newline, virtual)
 
     @property
     def hunks(self) -> list[Hunk]:
@@ -204,33 +234,100 @@ class Diff:
     def view(self) -> View:
         lines: list[tuple[str, int | None]] = []  # each line of the view, and its answer offset if it has one
         shown: list[Shown] = []
+        parts: list[tuple[str, int, int, int]] = []  # kind, block, first and end view line
         answer = 0
-        for block in self.blocks:
+        for number, block in enumerate(self.blocks):
+            first = len(lines)
             if not isinstance(block, Hunk):
                 for line in block:
                     lines.append((line, answer))
                     answer += len(line)
+                parts.append(("lines", number, first, len(lines)))
                 continue
-            first = len(lines)
-            lines += [(line, None) for line in block.old] if block.state != ACCEPTED else []
+            if block.state == REJECTED or (block.state == PENDING and not self.virtual):
+                lines += [(line, None) for line in block.old]
             middle, at = len(lines), answer
             for line in block.new:
                 if block.state != REJECTED:
                     lines.append((line, answer))
                 answer += len(line)
             if block.state == PENDING:
-                shown.append(Shown(block.index, (first, middle), (middle, len(lines)), (at, answer)))
+                shown.append(Shown(block.index, (first, middle), (middle, len(lines)), (at, answer), block.old))
+                parts += [("old", number, first, middle), ("new", number, middle, len(lines))]
+            else:
+                parts.append(("kept", number, first, len(lines)))
         waiting = (len(lines), len(lines) + len(self.waiting))
         lines += [(line, None) for line in self.waiting]
-        return self.render(lines, tuple(shown), waiting)
+        parts.append(("waiting", len(self.blocks), *waiting))
+        return self.render(lines, tuple(shown), waiting, parts)
 
-    def render(self, lines: list[tuple[str, int | None]], shown: tuple[Shown, ...], waiting: tuple[int, int]) -> View:
-        texts, answer_lines, position = [], [], 0
+    def render(self, lines: list[tuple[str, int | None]], shown: tuple[Shown, ...], waiting: tuple[int, int],
+               parts: list[tuple[str, int, int, int]]) -> View:
+        texts, answer_lines, starts = [], [], [0]
         for number, (line, at) in enumerate(lines):
             if at is not None:
-                answer_lines.append((at, at + len(line), position))
-            if number + 1 < len(lines) and not line.endswith(("\n", "\r")):
+                answer_lines.append((at, at + len(line), starts[-1]))
+            if number + 1 < len(lines) and not line.endswith(BREAKS):
                 line += self.newline
             texts.append(line)
-            position += len(line)
-        return View("".join(texts), shown, waiting, tuple(answer_lines))
+            starts.append(starts[-1] + len(line))
+        return View("".join(texts), shown, waiting, tuple(answer_lines),
+                    tuple(Part(kind, block, starts[first], starts[end]) for kind, block, first, end in parts))
+
+    def absorb(self, view: View, texts: list[str], crossed: list[bool]) -> tuple[Diff, dict[int, bool]]:
+        """This diff (shown as `view`) after the user's typing: `texts` is what each of `view.parts` holds
+        now, `crossed[i]` whether an edit ran over the border of parts i and i + 1. Parts that an edit
+        joined (or whose last line lost its break) become unchanged lines. Returns the diff whose view
+        is the text as typed, and the decisions the typing made (hunk index -> accepted)."""
+        groups: list[list[int]] = []
+        for number, text in enumerate(texts):
+            joined = "".join(texts[i] for i in groups[-1]) if groups else ""
+            if groups and (crossed[number - 1] or (joined and not joined.endswith(BREAKS))):
+                groups[-1].append(number)
+            else:
+                groups.append([number])
+        blocks: list[tuple[str, ...] | Hunk | Side] = []
+        waiting = self.waiting
+        for group in groups:
+            part, text = view.parts[group[0]], "".join(texts[i] for i in group)
+            changed = text != view.text[part.start:view.parts[group[-1]].end]
+            if len(group) > 1 or part.kind == "lines":
+                blocks.append(split_lines(text) if changed or len(group) > 1 else self.blocks[part.block])
+            elif part.kind == "waiting":
+                waiting = split_lines(text) if changed else self.waiting
+            elif part.kind == "kept":
+                hunk = self.blocks[part.block]
+                side = "new" if hunk.state == ACCEPTED else "old"
+                blocks.append(replace(hunk, **{side: split_lines(text)}) if changed else hunk)
+            else:
+                blocks.append(Side(part.kind, part.block, text, changed))
+        return self.typed_hunks(blocks, waiting)
+
+    def typed_hunks(self, blocks: list, waiting: tuple[str, ...]) -> tuple[Diff, dict[int, bool]]:
+        """`absorb`'s blocks with each undecided hunk's sides made a hunk again, and the decision the typing
+        made: the side typed in stays (the other one, if it was deleted whole); a side joined to unchanged
+        lines stays, and the hunk shows only its other side."""
+        sides: dict[int, dict[str, tuple[str, bool]]] = {}
+        for block in blocks:
+            if isinstance(block, Side):
+                sides.setdefault(block.block, {})[block.kind] = (block.text, block.changed)
+        found: list[tuple[str, ...] | Hunk] = []
+        owed: dict[int, bool] = {}
+        for block in blocks:
+            if not isinstance(block, Side):
+                found.append(block)
+                continue
+            if block.kind == "new" and "old" in sides[block.block]:
+                continue  # made with its old side
+            hunk, have = self.blocks[block.block], sides[block.block]
+            for side, (text, changed) in have.items():
+                hunk = replace(hunk, **{side: split_lines(text)}) if changed else hunk
+            if len(have) == 1:
+                hunk = replace(hunk, **{"new" if "old" in have else "old": ()})
+                owed[hunk.index] = "old" in have  # the joined side stays
+            elif have["new"][1]:
+                owed[hunk.index] = bool(have["new"][0])
+            elif have["old"][1]:
+                owed[hunk.index] = not have["old"][0]
+            found.append(hunk)
+        return replace(self, blocks=tuple(found), waiting=waiting), owed

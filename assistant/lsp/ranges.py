@@ -185,3 +185,29 @@ def map_range(start: int, end: int, edits: list[tuple[int, int, int]]) -> tuple[
         elif a < end:
             raise Conflict()
     return start + shift, end + shift
+
+
+def move(position: int, edits: list[tuple[int, int, int]], push: bool = False) -> tuple[int, bool]:
+    """Where `position` goes through `edits`, and whether a deletion ran over it (it then goes where the
+    deletion began). An insertion right at it goes after it, or before it with `push`."""
+    shift = 0
+    for a, b, inserted in edits:
+        if a == b:
+            if a < position or (push and a == position):
+                shift += inserted
+        elif b <= position:
+            shift -= b - a
+        elif a < position:
+            return a + shift, True
+    return position + shift, False
+
+
+def follow_spans(spans: list[tuple], edits: list[tuple[int, int, int]]) -> list[tuple]:
+    """Ranges that start tuples (start, end, ...) moved through `edits`; those an edit touched inside are dropped."""
+    kept = []
+    for start, end, *rest in spans:
+        try:
+            kept.append((*map_range(start, end, edits), *rest))
+        except Conflict:
+            pass
+    return kept

@@ -5,9 +5,10 @@ the `assistant/diff` notification, code lenses, diagnostics).
 A rewrite works on the whole lines its target touches: `base` is their text when it started, and
 the answer is the target's output between the text of those lines before and after the target.
 Offsets here are string offsets into `known`, the text we believe the editor holds; `follow`
-moves everything onto the editor's current text, so typing elsewhere shifts the lines and typing
-inside them makes them stop holding (the rewrite must then stop, never overwrite, and the review
-ends). Positions sent to the editor count units of the negotiated position encoding.
+moves everything onto the editor's current text, so typing elsewhere shifts the lines, and typing
+inside them stays where it was typed (`Diff.absorb`): it stops a streaming rewrite, and it decides
+the hunk typed in for the side typed in (`owed` until an edit of ours removes the other side).
+Positions sent to the editor count units of the negotiated position encoding.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 
 from assistant.lsp import ranges
-from assistant.lsp.hunks import Diff, View, split_lines
+from assistant.lsp.hunks import Diff, Shown, View, split_lines
 
 BARE_LF = re.compile(r"(?<!\r)\n")
 
@@ -35,18 +36,17 @@ class Rewrite:
     id: str = ""  # names this rewrite in accept / reject / cancel
     cancel: threading.Event = field(default_factory=threading.Event)
     known: str = ""
+    virtual: bool = False  # the editor shows undecided hunks' old lines without making them text
     running: bool = True
-    held: bool = True  # false once the user edited the rewrite's lines
+    typed: bool = False  # the user edited the rewrite's lines
     closed: bool = False
     editing: bool = False  # an applyEdit of ours is in flight: the editor's text is between two states
-    written: bool = False  # an edit of ours landed in the buffer
     refused: str | None = None  # why the editor would not take our edits, when it would not
     restored: bool = False  # the answer did not finish and the original lines are back
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)  # output range -> original range
-    diff: Diff | None = None  # what the lines show since our last edit landed; None: the base, untouched
-    view: View | None = None  # the diff as rendered there
-    answer_spans: list[tuple[int, int, int, int]] = field(default_factory=list)  # answer range -> original range
-    problems: list[tuple[int, int, str, str]] = field(default_factory=list)  # answer range, message, code
+    owed: dict[int, bool] = field(default_factory=dict)  # hunk -> accepted: decided by typing, not yet shown
+    answer_problems: list[tuple[int, int, str, str]] = field(default_factory=list)  # answer range, message, code
+    problems: list[tuple[int, int, str, str, int | None]] = field(default_factory=list)  # range, message, code, hunk
     lenses_sent: list[tuple[int, str]] = field(default_factory=list)  # the code lenses the editor last heard of
     target: str = field(init=False, default="")  # the target's text when the rewrite started
     base: str = field(init=False, default="")  # the text of its lines when the rewrite started
@@ -54,6 +54,8 @@ class Rewrite:
     suffix: str = field(init=False, default="")  # the text of its last line after the target
     ends_line: bool = field(init=False, default=False)  # the target ends with a line break
     crlf: bool = field(init=False, default=False)  # every line of the document ends with \r\n
+    diff: Diff = field(init=False)  # what the lines hold: the base until an edit of ours lands
+    view: View = field(init=False)  # the diff as rendered there
 
     def __post_init__(self):
         self.known = self.known or self.original
@@ -68,6 +70,12 @@ class Rewrite:
         self.prefix, self.suffix = self.original[first:self.start], self.original[self.end:last]
         self.start, self.end = first, last
         self.base = self.original[first:last]
+        self.diff = Diff.between(self.base, self.base, newline=self.newline, virtual=self.virtual)
+        self.view = self.diff.view()
+
+    @property
+    def newline(self) -> str:
+        return "\r\n" if self.crlf else "\n"
 
     def shown(self, output: str) -> str:
         """What goes over the target: `output` with the document's line endings (an editor keeps a
@@ -97,7 +105,7 @@ class Rewrite:
             answer = self.prefix + self.shown(output) + self.suffix
         else:
             answer = self.prefix + (BARE_LF.sub("\r\n", output) if self.crlf else output)
-        return Diff.between(self.base, answer, final=final, newline="\r\n" if self.crlf else "\n"), spans
+        return Diff.between(self.base, answer, final=final, newline=self.newline, virtual=self.virtual), spans
 
     def problems_of(self, output: str, problems) -> list[tuple[int, int, str, str]]:
         """The engine's problems (offsets into `output`) in answer offsets."""
@@ -105,34 +113,56 @@ class Rewrite:
         return [(len(self.prefix) + at(p.start), len(self.prefix) + at(p.end), p.message, p.code) for p in problems]
 
     def follow(self, current: str) -> None:
-        """Move the target and the attribution spans onto `current`, dropping what no longer holds."""
+        """Move the lines, their diff (with the user's typing in it), the spans and the problems onto `current`."""
         if self.editing or current == self.known:
             return
         edits = ranges.changes(self.known, current)
-        try:
-            self.start, self.end = ranges.map_range(self.start, self.end, edits)
-        except ranges.Conflict:
-            self.held = False
-        kept = []
-        for a, b, c, d in self.spans:
-            try:
-                kept.append((*ranges.map_range(a, b, edits), c, d))
-            except ranges.Conflict:
-                pass
-        self.spans = kept
+        bounds = [self.start + part.start for part in self.view.parts] + [self.end]
+        moved = [ranges.move(bound, edits, push=bound == self.start) for bound in bounds]
+        texts = [current[a:b] for (a, _), (b, _) in zip(moved, moved[1:])]
+        if texts != [self.view.text[part.start:part.end] for part in self.view.parts]:
+            self.typed = True
+            self.diff, owed = self.diff.absorb(self.view, texts, [crossed for _, crossed in moved[1:-1]])
+            self.owed |= owed
+            self.view = self.diff.view()
+        (self.start, _), (self.end, _) = moved[0], moved[-1]
+        self.spans = ranges.follow_spans(self.spans, edits)
+        self.problems = ranges.follow_spans(self.problems, edits)
         self.known = current
 
     def wrote(self, diff: Diff, view: View, expected: str, answer_spans) -> None:
-        """Our edit putting `view` (of `diff`) over the lines landed; `expected` is the document now."""
-        self.known, self.written = expected, True
-        self.end = self.start + len(view.text)
-        self.diff, self.view, self.answer_spans = diff, view, answer_spans
-        self.spans = [(self.start + a, self.start + b, c, d) for a, b, c, d in view.spans(answer_spans)]
+        """Our edit putting `view` (of `diff`) over the lines landed; `expected` is the document now. The spans
+        and problems come from the answer's (`answer_spans`), or without them follow the edit."""
+        if answer_spans is None:
+            edits = ranges.changes(self.known, expected)
+            self.spans = ranges.follow_spans(self.spans, edits)
+            self.problems = ranges.follow_spans(self.problems, edits)
+        else:
+            self.spans = [(self.start + a, self.start + b, c, d) for a, b, c, d in view.spans(answer_spans)]
+            self.problems = self.placed(diff, view)
+        self.known, self.end = expected, self.start + len(view.text)
+        self.diff, self.view, self.owed = diff, view, {}
+
+    def placed(self, diff: Diff, view: View) -> list[tuple[int, int, str, str, int | None]]:
+        """The answer's problems where `view` shows them, with the hunk each lies in."""
+        found = []
+        for start, end, message, code in self.answer_problems:
+            a, b = view.locate(start), view.locate(end)
+            if a is not None:
+                hunk = diff.hunk_at(start)
+                found.append((self.start + a, self.start + (b if b is not None else a), message, code,
+                              hunk.index if hunk else None))
+        return found
+
+    def resolved(self) -> Diff:
+        """The diff with the decisions the user's typing made."""
+        accepted = [index for index, accept in self.owed.items() if accept]
+        return self.diff.decide(accepted, True).decide([i for i in self.owed if i not in accepted], False)
 
     @property
     def undecided(self) -> list[int]:
-        """The hunks waiting for a decision, while the lines still hold."""
-        return self.diff.undecided if self.diff is not None and self.held else []
+        """The hunks waiting for a decision."""
+        return [index for index in self.diff.undecided if index not in self.owed]
 
     @property
     def reviewing(self) -> bool:
@@ -159,7 +189,7 @@ class Rewrite:
     def diff_notice(self, version: int | None) -> dict:
         """The `assistant/diff` notification: the rewrite's lines, the waiting ones, the undecided hunks."""
         first = self.first_line
-        view = self.view if self.held and (self.running or self.undecided) else None
+        view = self.view if self.running or self.undecided else None
 
         def lines(span: tuple[int, int]) -> dict:
             return {"start": first + span[0], "end": first + span[1]}
@@ -170,13 +200,16 @@ class Rewrite:
         gaps = view.generated([(a - self.start, b - self.start) for a, b, *_ in self.spans])
         return notice | {"lines": lines((0, len(split_lines(view.text)))), "waiting": lines(view.waiting),
                          "hunks": [{"index": hunk.index, "old": lines(hunk.old), "new": lines(hunk.new),
+                                    "removed": [line.rstrip("\r\n") for line in hunk.removed],
                                     "generated": [ranges.to_json(self.range_at(self.start + a, self.start + b))
-                                                  for a, b in gaps[hunk.index]]} for hunk in view.hunks]}
+                                                  for a, b in gaps[hunk.index]]} for hunk in self.shown_hunks()]}
+
+    def shown_hunks(self) -> list[Shown]:
+        """The view's hunks the editor shows: while streaming all, then the undecided ones."""
+        return [hunk for hunk in self.view.hunks if self.running or hunk.index in self.undecided]
 
     def code_lenses(self) -> list[types.CodeLens]:
         """Cancel while streaming; then Accept all / Reject all on the first line, Accept / Reject on each hunk."""
-        if self.view is None or not self.held:
-            return []
         first = self.first_line
 
         def lens(line: int, title: str, command: str, *hunk: int) -> types.CodeLens:
@@ -188,7 +221,7 @@ class Rewrite:
         if not self.undecided:
             return []
         found = [lens(first, "Accept all", "assistant.acceptAll"), lens(first, "Reject all", "assistant.rejectAll")]
-        for hunk in self.view.hunks:
+        for hunk in self.shown_hunks():
             found += [lens(first + hunk.old[0], "Accept", "assistant.acceptHunk", hunk.index),
                       lens(first + hunk.old[0], "Reject", "assistant.rejectHunk", hunk.index)]
         return found
@@ -197,16 +230,9 @@ class Rewrite:
         """The answer's problems where the review shows them: in undecided hunks, or in unchanged text."""
         if not self.reviewing:
             return []
-        found = []
-        for start, end, message, code in self.problems:
-            hunk = self.diff.hunk_at(start)
-            a, b = self.view.locate(start), self.view.locate(end)
-            if a is None or (hunk is not None and hunk.index not in self.undecided):
-                continue
-            found.append(types.Diagnostic(range=self.range_at(self.start + a, self.start + (b if b is not None else a)),
-                                          message=message, severity=types.DiagnosticSeverity.Warning,
-                                          code=code, source="assistant"))
-        return found
+        return [types.Diagnostic(range=self.range_at(start, end), message=message, code=code, source="assistant",
+                                 severity=types.DiagnosticSeverity.Warning)
+                for start, end, message, code, hunk in self.problems if hunk is None or hunk in self.undecided]
 
     def range_at(self, start: int, end: int) -> types.Range:
         """A range of the current text, in the client's position encoding."""

@@ -93,6 +93,7 @@ class AssistantServer(LanguageServer):
         self.rewrites: dict[str, Rewrite] = {}  # the latest rewrite of each document
         self.requests: dict[object, threading.Event] = {}  # request id -> cancel event of its rewrite
         self.draft_from_open_buffers = False
+        self.virtual_removed = False  # the client shows removed lines without making them text
         self.request_timeout = REQUEST_TIMEOUT
         self.tcp = False
         self.client_connected = False  # over TCP: one client at a time
@@ -191,8 +192,9 @@ server = AssistantServer()
 
 @server.feature(types.INITIALIZE)
 def on_initialize(ls: AssistantServer, params: types.InitializeParams):
-    options = params.initialization_options or {}
-    ls.draft_from_open_buffers = bool(isinstance(options, dict) and options.get("draftFromOpenBuffers"))
+    options = params.initialization_options if isinstance(params.initialization_options, dict) else {}
+    ls.draft_from_open_buffers = bool(options.get("draftFromOpenBuffers"))
+    ls.virtual_removed = options.get("removedLines") == "virtual"
 
 
 @server.feature(types.INITIALIZED)

@@ -35,6 +35,7 @@ FINISHED = ("eos", "stop")  # the answer ended where the model ended it; anythin
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 ATTRIBUTION = "assistant/attribution"
 DIFF = "assistant/diff"
+SETTLING: set[asyncio.Task] = set()  # `settle`s under way: the event loop keeps only weak references to tasks
 
 
 class Server(Protocol):
@@ -47,6 +48,7 @@ class Server(Protocol):
     editing: dict[str, asyncio.Lock]  # uri -> held while an edit of ours names the document's version
     request_timeout: float
     draft_from_open_buffers: bool
+    virtual_removed: bool  # the client shows removed lines without making them text (`removedLines: "virtual"`)
     version: str
     client_capabilities: types.ClientCapabilities
     protocol: LanguageServerProtocol
@@ -158,7 +160,7 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
     if current is not None and current.reviewing:
         raise JsonRpcInvalidRequest(f"{uri} has a rewrite whose hunks wait for a decision; accept or reject them first")
     start, end = selection or (0, len(text))
-    job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()))
+    job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()), virtual=ls.virtual_removed)
     ls.rewrites[uri] = job
     msg_id = ls.protocol.msg_id
     ls.requests[msg_id] = job.cancel
@@ -181,7 +183,7 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
         ls.requests.pop(msg_id, None)
     if job.closed:
         raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
-    publish(ls, job)  # the review, or (when typing inside stopped it) no marks at all
+    await settle(ls, job)  # shows the review, with any typing that came after the last edit
     return answer_of(job, result)
 
 
@@ -195,7 +197,7 @@ def answer_of(job: Rewrite, result) -> dict:
         answer["text"], at = job.shown(result.text), job.shown_offset(result.text)
         for span in answer["spans"]:
             span["output"] = [at(span["output"][0]), at(span["output"][1])]
-    answer.update(uri=job.uri, id=job.id, conflict=not job.held, restored=job.restored, hunks=len(job.undecided))
+    answer.update(uri=job.uri, id=job.id, conflict=job.typed, restored=job.restored, hunks=len(job.undecided))
     return answer
 
 
@@ -214,7 +216,7 @@ async def stream(ls: Server, job: Rewrite, events, context: int):
             elif isinstance(event, Delta):
                 output += event.text
                 token_spans += event.tokens
-                if time.monotonic() - last_edit >= EDIT_INTERVAL and output != written and job.held:
+                if time.monotonic() - last_edit >= EDIT_INTERVAL and output != written and not job.typed:
                     bar.report(f"{event.totals.tokens_per_second:.0f} tokens/s, "
                                f"{event.totals.mean_accepted:.2f} tokens per step")
                     await write(ls, job, *job.diff_of(output, token_spans, final=False))
@@ -225,15 +227,13 @@ async def stream(ls: Server, job: Rewrite, events, context: int):
                 result = event
                 bar.outcome = event.stopped
     finished = failure is None and result.stopped in FINISHED and not job.refused
-    if finished and job.held and not job.closed:
-        job.problems = job.problems_of(result.text, result.problems)
-        await write(ls, job, *job.diff_of(result.text, result.spans, final=True))
-        finished = not job.refused
-    if not finished and job.held and not job.closed:
-        if job.written:
-            await write(ls, job, Diff.between(job.base, job.base), [])
-        job.restored = job.known[job.start:job.end] == job.base
-        report_unfinished(ls, job, failure or job.refused or result, context)
+    if finished and not job.closed:
+        job.answer_problems = job.problems_of(result.text, result.problems)
+        finished = await write(ls, job, *job.diff_of(result.text, result.spans, final=True))
+    if not finished and not job.closed:
+        await take_back(ls, job)
+        if not job.typed:  # typing stopped it, and `follow` said so
+            report_unfinished(ls, job, failure or job.refused or result, context)
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
     return result
@@ -259,17 +259,39 @@ def report_unfinished(ls: Server, job: Rewrite, why, context: int) -> None:
 
 
 async def write(ls: Server, job: Rewrite, diff: Diff, answer_spans) -> bool:
-    """Show `diff` in the rewrite's lines, unless the user edited them meanwhile; whether it landed."""
+    """Show the streaming answer's `diff` in the rewrite's lines, unless the user typed in them; whether it landed."""
     async with ls.editing[job.uri]:
-        return not job.closed and await put(ls, job, diff, answer_spans, "assistant")
+        follow(ls, job, open_document(ls, job.uri).source)
+        return not job.closed and not job.typed and await put(ls, job, diff, answer_spans, "assistant")
+
+
+async def take_back(ls: Server, job: Rewrite) -> None:
+    """An unfinished answer: every hunk goes back to its original lines, but those the user typed in, which
+    keep the side typed in."""
+    async with ls.editing[job.uri]:
+        follow(ls, job, open_document(ls, job.uri).source)
+        if not job.closed:
+            await put(ls, job, job.resolved().decide(job.undecided, False), None, "assistant")
+    job.restored = job.known[job.start:job.end] == job.base
+
+
+async def settle(ls: Server, job: Rewrite) -> None:
+    """Make the decisions the user's typing made (the other side of each hunk typed in goes), then tell the
+    editor what the rewrite's lines show."""
+    async with ls.editing[job.uri]:
+        while not job.closed and ls.rewrites.get(job.uri) is job:
+            follow(ls, job, open_document(ls, job.uri).source)
+            if not job.owed or not await put(ls, job, job.resolved(), None, "assistant: keep typing"):
+                break
+    if not job.closed:
+        publish(ls, job)
 
 
 async def put(ls: Server, job: Rewrite, diff: Diff, answer_spans, label: str) -> bool:
-    """Under the document's edit lock: one edit, naming the document's version, that replaces the lines
-    which differ between what the rewrite's lines hold and `diff`'s view; whether it landed."""
+    """Under the document's edit lock, the rewrite followed onto the document: one edit, naming the
+    document's version, that replaces the lines which differ between what the rewrite's lines hold and
+    `diff`'s view; whether it landed. `answer_spans`: the answer's attribution, None to keep the spans."""
     document = open_document(ls, job.uri)
-    if follow(ls, job, document.source) or not job.held:
-        return False
     version, before = document.version, document.source
     view = diff.view()
     start, end, text = line_edit(before[job.start:job.end], view.text)
@@ -295,9 +317,10 @@ async def put(ls: Server, job: Rewrite, diff: Diff, answer_spans, label: str) ->
     # if the edit did not land, `known` stays the text before it and the next follow() sees the truth.
     if answer.applied and now.version is not None and version is not None and now.version > version:
         job.wrote(diff, view, expected, answer_spans)
-        if not follow(ls, job, now.source) and job.running:
+        follow(ls, job, now.source)
+        if job.running:
             publish(ls, job)
-        return job.held
+        return True
     if not answer.applied and now.version == version:  # refused, not overtaken by typing: stop generating
         job.refused = f"the editor did not apply an edit ({answer.failure_reason or 'no reason given'})"
         job.cancel.set()
@@ -315,37 +338,32 @@ async def apply_edit(ls: Server, edit: types.WorkspaceEdit, label: str) -> types
         return types.ApplyWorkspaceEditResult(applied=False, failure_reason=str(error))
 
 
-def follow(ls: Server, job: Rewrite, text: str) -> bool:
-    """Move the rewrite onto the document's `text`; when the user's edit inside its lines stops it or
-    ends its review, say so; whether the editor was told (the review ended)."""
-    reviewing = job.reviewing
+def follow(ls: Server, job: Rewrite, text: str) -> None:
+    """Move the rewrite onto the document's `text`, the user's typing in it (`Rewrite.follow`); typing in a
+    streaming rewrite's lines stops it, and the user is told."""
+    typed = job.typed
     job.follow(text)
-    if job.held:
-        return False
-    if job.running and not job.cancel.is_set():
+    if job.running and job.typed and not typed:
         job.cancel.set()
         ls.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Warning,
-            message="assistant: you edited the text being rewritten, so the rewrite stopped; your typing is kept"))
-    if not reviewing:
-        return False
-    ls.window_show_message(types.ShowMessageParams(
-        type=types.MessageType.Warning,
-        message="assistant: you edited the rewritten lines, so their review ended; they stay as they are "
-                "(the editor's undo takes them back)"))
-    publish(ls, job)
-    return True
+            message="assistant: you edited the text being rewritten, so the rewrite stopped; your typing is kept, "
+                    "and the lines the answer changed go back to the original"))
 
 
 def follow_edits(ls: Server, uri: str) -> None:
-    """Keep a finished rewrite's lines, hunks and attribution on the edited text; re-send what changed."""
+    """Keep a finished rewrite's lines, hunks and attribution on the edited text; re-send what changed, and
+    remove the other side of a hunk the user typed in."""
     job = ls.rewrites.get(uri)
     if job is None or job.running or uri not in ls.workspace.text_documents:
         return
-    spans, line = len(job.spans), job.first_line
-    if follow(ls, job, ls.workspace.text_documents[uri].source):
-        return
-    if job.reviewing and job.first_line != line:
+    spans, shown = len(job.spans), (job.first_line, job.view.text)
+    follow(ls, job, ls.workspace.text_documents[uri].source)
+    if job.owed:
+        task = asyncio.ensure_future(settle(ls, job))  # after any edit of ours in flight (the edit lock)
+        SETTLING.add(task)
+        task.add_done_callback(SETTLING.discard)
+    elif job.reviewing and (job.first_line, job.view.text) != shown:
         publish(ls, job)
     elif len(job.spans) != spans:
         send_attribution(ls, job)
@@ -395,19 +413,17 @@ async def decide(ls: Server, uri: str, job: Rewrite | None, accept: bool, hunk: 
         raise JsonRpcInvalidRequest(f"{uri} has no finished rewrite to {verb}")
     async with ls.editing[uri]:
         follow(ls, job, open_document(ls, uri).source)
-        if hunk is not None and not job.held:
-            raise JsonRpcInvalidRequest("the rewritten lines were edited since; use the editor's undo")
         chosen = job.undecided if hunk is None else [hunk]
         if not chosen and not accept:
-            raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, edited since, or none)")
-        if chosen:
+            raise JsonRpcInvalidRequest(f"{uri} has no rewrite to reject (accepted, decided by typing, or none)")
+        if chosen or job.owed:
             try:
-                diff = job.diff.decide(chosen, accept)
+                diff = job.resolved().decide(chosen, accept)
             except ValueError as error:
                 raise JsonRpcInvalidParams(str(error)) from error
-            if not await put(ls, job, diff, job.answer_spans, f"assistant: {verb}"):
+            if not await put(ls, job, diff, None, f"assistant: {verb}"):
                 raise JsonRpcInvalidRequest(f"the editor did not apply the edit: {job.refused or 'the document moved on'}")
-    if job.diff is not None and job.diff.rejected and ls.rewrites.get(uri) is job:
+    if job.diff.rejected and ls.rewrites.get(uri) is job:
         del ls.rewrites[uri]  # every hunk rejected: the original lines are back, nothing is the model's
         job.spans = []
     publish(ls, job)

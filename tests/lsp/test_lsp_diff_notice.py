@@ -21,7 +21,7 @@ def reviewed(problems: tuple[Problem, ...] = ()) -> Rewrite:
     copied = [Span(body, (DOCUMENT.index("(w, h)"), DOCUMENT.index("(w, h)") + body[1] - body[0]))]
     diff, spans = job.diff_of(OUTPUT, copied, final=True)
     view = diff.view()
-    job.problems = job.problems_of(OUTPUT, problems)
+    job.answer_problems = job.problems_of(OUTPUT, problems)
     job.wrote(diff, view, DOCUMENT[:job.start] + view.text + DOCUMENT[job.end:], spans)
     job.running = False
     return job
@@ -64,7 +64,7 @@ def test_problems_show_on_their_hunk_until_it_is_decided():
     assert job.diff_notice(5)["hunks"] == [] and job.code_lenses() == []
 
 
-def test_a_rewrite_whose_lines_were_edited_shows_nothing():
+def test_a_hunk_typed_in_shows_nothing_more():
     job = reviewed((PROBLEM,))
     job.follow(job.known.replace("rectangle_area", "rect"))
     assert job.diff_notice(5)["hunks"] == [] and job.code_lenses() == [] and job.diagnostics() == []

@@ -1,6 +1,6 @@
 """A rewrite follows the user's typing (`Rewrite.follow`, `session.follow_edits`): typing elsewhere moves
-its lines, hunks and attribution, typing inside them stops them holding (and ends a review), and the
-editor is told when attribution or hunks no longer hold; in process, without a model."""
+its lines, hunks and attribution, typing inside them stays in the side it was typed in (and decides
+that hunk), and the editor is told when attribution or hunks no longer hold; in process, without a model."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_typing_before_the_target_moves_it_and_its_attribution():
     job = written()
     now = "import sys\n" + job.known
     job.follow(now)
-    assert job.held and now[job.start:job.end] == OUTPUT
+    assert not job.typed and now[job.start:job.end] == OUTPUT
     (a, b, c, d), = job.spans
     assert now[a:b] == DOCUMENT[c:d] == "    return a + b\n"
 
@@ -43,21 +43,22 @@ def test_typing_after_the_target_changes_nothing_of_it():
     job = written()
     before = (job.start, job.end, list(job.spans))
     job.follow(job.known.replace("print(add(2, 3))", "print(add(4, 5))"))
-    assert job.held and (job.start, job.end, job.spans) == before
+    assert not job.typed and (job.start, job.end, job.spans) == before
 
 
-def test_typing_inside_the_target_stops_it_holding_and_drops_what_was_touched():
+def test_typing_inside_the_target_is_kept_and_drops_the_attribution_it_touched():
     job = written()
-    job.follow(job.known.replace("return a + b", "return a - b"))
-    assert not job.held and job.undecided == []
-    assert job.spans == []
+    typed = job.known.replace("return a + b", "return a - b")
+    job.follow(typed)
+    assert job.typed and job.undecided == [] and job.spans == []
+    assert job.view.text == typed[job.start:job.end] == OUTPUT.replace("a + b", "a - b")
 
 
 def test_nothing_moves_while_an_edit_of_ours_is_in_flight():
     job = written()
     job.editing = True
     job.follow("something else entirely")
-    assert job.held and job.known == OUTPUT + DOCUMENT[TARGET[1]:]
+    assert not job.typed and job.known == OUTPUT + DOCUMENT[TARGET[1]:]
 
 
 class Server:
@@ -110,12 +111,11 @@ def test_typing_before_a_rewrite_under_review_moves_its_hunks():
     assert text[1:3] == ["def add(a, b):", "def plus(a, b):"]
 
 
-def test_typing_inside_a_rewrite_under_review_ends_the_review_and_keeps_the_text():
+def test_typing_in_a_hunks_new_line_decides_it_for_the_new_line_with_the_typing():
     job = written(accepted=False)
     typed = job.known.replace("def plus", "def plus_typed")
-    ls = Server(job, typed)
-    session.follow_edits(ls, job.uri)
-    assert job.reviewing is False and job.known == typed
-    assert any("review ended" in message for message in ls.notices("window/showMessage"))
-    assert ls.notices(session.DIFF)[-1]["hunks"] == []
-    assert ls.notices("textDocument/publishDiagnostics")[-1] == []
+    job.follow(typed)
+    assert job.known == typed and job.view.text == typed[job.start:job.end]  # both sides, until our edit
+    assert job.owed == {0: True} and job.undecided == [] and not job.reviewing
+    assert job.resolved().view().text == OUTPUT.replace("def plus", "def plus_typed")
+    assert job.diff_notice(3)["hunks"] == []
