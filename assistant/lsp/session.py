@@ -184,6 +184,7 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
     if job.closed:
         raise JsonRpcInvalidRequest(f"{uri} was closed during the rewrite")
     await settle(ls, job)  # shows the review, with any typing that came after the last edit
+    report_unchanged(ls, job, result)
     return answer_of(job, result)
 
 
@@ -197,7 +198,8 @@ def answer_of(job: Rewrite, result) -> dict:
         answer["text"], at = job.shown(result.text), job.shown_offset(result.text)
         for span in answer["spans"]:
             span["output"] = [at(span["output"][0]), at(span["output"][1])]
-    answer.update(uri=job.uri, id=job.id, conflict=job.typed, restored=job.restored, hunks=len(job.undecided))
+    answer.update(uri=job.uri, id=job.id, conflict=job.typed, restored=job.restored, hunks=len(job.undecided),
+                  unchanged=result.unchanged)
     return answer
 
 
@@ -237,6 +239,17 @@ async def stream(ls: Server, job: Rewrite, events, context: int):
     if failure is not None:
         raise JsonRpcInvalidRequest(f"the rewrite failed: {failure}") from failure
     return result
+
+
+CHANGES = {"none": "the answer is the text as it was", "layout": "only the layout changed (whitespace, quotes)",
+           "comments": "only comments changed"}
+
+
+def report_unchanged(ls: Server, job: Rewrite, result: Result) -> None:
+    """A finished answer that made no edit is said to be one, whatever its hunks show (`Result.unchanged`)."""
+    if result.unchanged and not job.restored:
+        ls.window_show_message(types.ShowMessageParams(
+            type=types.MessageType.Info, message=f"assistant: no change made: {CHANGES[result.change]}"))
 
 
 def report_unfinished(ls: Server, job: Rewrite, why, context: int) -> None:

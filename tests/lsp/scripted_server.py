@@ -1,7 +1,8 @@
 """`assistant lsp` over stdio with a scripted engine instead of a model, for answers a model would not
 give on demand: the instruction is a JSON script, `{"streamed": ..., "final": ..., "problems": [[start,
 end, message], ...]}`; the engine streams `streamed`, announces a repair of `problems`, and keeps
-`final` (the problems' offsets index it), as the engine does when a repair pass rewrites its answer."""
+`final` (the problems' offsets index it), as the engine does when a repair pass rewrites its answer; the
+result's `change` is the script's (`Result.change`: "none", "layout", "comments", "edit"), if it has one."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class Scripted:
         problems = tuple(Problem(message, start, end, "F821", "ruff") for start, end, message in script["problems"])
         yield Delta(script["streamed"], [], 1, 0, 0, 0.0)
         yield Repairing(problems, 1)
-        yield Result(script["final"], [], NOTHING, "eos", self.model, "none", check=Check(problems, ("ruff",)))
+        yield Result(script["final"], [], NOTHING, "eos", self.model, "none", check=Check(problems, ("ruff",)),
+                     change=script.get("change"))
 
     def warm(self, text: str, cancel) -> int:
         return 0
