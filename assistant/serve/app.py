@@ -64,10 +64,10 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 # ---------------------------------------------------------------- errors and the key
 
-def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
-    """An error as OpenAI's API shapes it, so that its clients show the message."""
+def error_response(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
+    """An error as OpenAI's API shapes it, so that its clients show the message; `param` names the field."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}},
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
                         status_code=status)
 
 
@@ -75,10 +75,20 @@ async def http_error(request: Request, error: StarletteHTTPException) -> JSONRes
     return error_response(error.status_code, str(error.detail))
 
 
+def field_name(location: tuple) -> str:
+    """A validation error's field, as OpenAI's `param` names one ("messages.0.content"): its location
+    without "body" and without the tags of a union's alternatives ("list[Part]")."""
+    return ".".join(str(part) for part in location[1:] if isinstance(part, int) or part.isidentifier()) or "body"
+
+
 async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-    """A 400 naming each problem, without the `input` FastAPI echoes (it may be the whole, large body)."""
-    problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
-    return error_response(400, problems)
+    """A 400 naming each field and its problem (the first, of a union's alternatives), without the `input`
+    FastAPI echoes (it may be the whole, large body)."""
+    problems: dict[str, str] = {}
+    for item in error.errors():
+        problems.setdefault(field_name(item["loc"]), item["msg"].removeprefix("Value error, "))
+    message = "; ".join(f"{field}: {problem}" for field, problem in problems.items())
+    return error_response(400, message, "invalid_value", next(iter(problems), None))
 
 
 async def refused(request: Request, error: RewriteError) -> JSONResponse:
@@ -234,7 +244,7 @@ async def health(request: Request, model: Model) -> JSONResponse:
 @router.get("/v1/models")
 async def models(request: Request, assistant: LoadedAssistant) -> dict:
     return {"object": "list", "data": [{"id": request.app.state.model_name, "object": "model", "created": 0,
-                                        "owned_by": "assistant", "max_model_len": assistant.loaded.context_length}]}
+                                        "owned_by": "assistant", "max_model_len": assistant.context_length}]}
 
 
 @router.post("/v1/chat/completions")

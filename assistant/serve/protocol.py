@@ -28,11 +28,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from assistant import Assistant, Delta, Event, Queued, Repair, Repairing, Request, Result, RewriteError, Span, check_strategy
+from assistant.engine.contract import SEEDS, check_unicode
 
 MAX_TEXT_CHARS = 400_000  # a message, the prediction, the document: each at most this
 MAX_MESSAGES = 256
@@ -41,12 +42,22 @@ FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # "cancell
 
 
 # ---------------------------------------------------------------- requests
+# Every field is checked here, so that a bad value is a 400 naming it, never an engine's failure (a 500,
+# which the openai SDK retries): texts are valid Unicode, numbers in the engine's ranges.
+
+def unicode_text(text: str) -> str:
+    check_unicode(text)  # a lone surrogate, as JSON's "\ud800" makes, cannot be encoded, nor tokenized
+    return text
+
+
+Text = Annotated[str, AfterValidator(unicode_text)]
+
 
 class Part(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["text"]
-    text: str = Field(max_length=MAX_TEXT_CHARS)
+    text: Text = Field(max_length=MAX_TEXT_CHARS)
 
 
 def joined(content: str | list[Part] | None) -> str:
@@ -60,12 +71,12 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[Part] | None = Field(None, max_length=MAX_TEXT_CHARS)
+    content: Text | list[Part] | None = Field(None, max_length=MAX_TEXT_CHARS)
 
 
 class Prediction(BaseModel):
     type: Literal["content"]
-    content: str | list[Part] = Field(max_length=MAX_TEXT_CHARS)
+    content: Text | list[Part] = Field(max_length=MAX_TEXT_CHARS)
 
 
 class StreamOptions(BaseModel):
@@ -79,13 +90,13 @@ class Extension(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    strategy: str | None = Field(None, description="ar, pld, pld+h or pld+a; the server's when left out")
-    document: str | None = Field(None, max_length=MAX_TEXT_CHARS, description="a text to rewrite")
-    instruction: str | None = Field(None, max_length=MAX_TEXT_CHARS, description="what to change in `document`")
+    strategy: Text | None = Field(None, description="ar, pld, pld+h or pld+a; the server's when left out")
+    document: Text | None = Field(None, max_length=MAX_TEXT_CHARS, description="a text to rewrite")
+    instruction: Text | None = Field(None, max_length=MAX_TEXT_CHARS, description="what to change in `document`")
     selection: tuple[int, int] | None = Field(None, description="rewrite only these characters of `document`")
-    references: list[str] = Field([], max_length=16, description="read-only texts that drafts may copy from")
+    references: list[Text] = Field([], max_length=16, description="read-only texts that drafts may copy from")
     max_piece_tokens: int | None = Field(None, ge=1, description="split a long document into pieces this size")
-    language: str | None = Field(None, max_length=64, description="an LSP languageId to check the answer as")
+    language: Text | None = Field(None, max_length=64, description="an LSP languageId to check the answer as")
     repairs: int | None = Field(None, ge=0, le=4, description="repair passes at most; the server's when left out")
 
     @field_validator("strategy")
@@ -100,14 +111,14 @@ class Sampled(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str | None = None  # one model is served, whatever the name
+    model: Text | None = None  # one model is served, whatever the name
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: str | list[str] | None = Field(None, max_length=4)
+    seed: int | None = Field(None, ge=0, lt=SEEDS)
+    stop: Text | list[Text] | None = Field(None, max_length=4)
     n: int = Field(1, ge=1, le=1, description="one answer per request")
     assistant: Extension | None = None
 
@@ -126,7 +137,7 @@ class ChatRequest(Sampled):
 
 
 class CompletionRequest(Sampled):
-    prompt: str | list[str] = Field(max_length=MAX_TEXT_CHARS)
+    prompt: Text | list[Text] = Field(max_length=MAX_TEXT_CHARS)
 
     @field_validator("prompt")
     @classmethod
@@ -277,10 +288,11 @@ def finish_reason(result: Result) -> str:
 
 
 def summary(result: Result) -> dict:
-    """The engine's account of an answer, in the extension field: how it stopped and what it cost."""
+    """The engine's account of an answer, in the extension field: how it stopped, what it cost, and whether it
+    changed anything (`change`: "none", "layout" or "comments" is no change made; "edit"; None: unfinished)."""
     return {"stopped": result.stopped, "stats": result.stats.to_json(), "model": result.model,
             "weights": result.weights, "pieces": [list(piece) for piece in result.pieces],
-            "check": None if result.check is None else result.check.to_json(),
+            "check": None if result.check is None else result.check.to_json(), "change": result.change,
             "repairs": [repair_json(repair) for repair in result.repairs]}
 
 

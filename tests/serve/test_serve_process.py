@@ -86,7 +86,7 @@ def test_a_signal_ends_a_streaming_answer_with_an_error_event_and_the_server(sig
 
 def test_health_answers_beside_300_idle_and_unfinished_connections():
     """A browser's preconnects or a scanner's probes: connections that send nothing or half a request."""
-    with assistant_serve() as (process, url):
+    with assistant_serve() as (_, url):
         port = int(url.rsplit(":", 1)[1])
         idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(300)]
         try:
