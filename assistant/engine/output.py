@@ -120,26 +120,39 @@ class OutputText:
 
 
 def closing_fence(text: str, fence: str) -> tuple[int, int] | None:
-    """Where in `text` the answer's code block closes: from the newline before a line holding only
-    `fence` (that newline is the fence's) to the end of that line."""
-    if closed := re.search(rf"\n{fence}[ \t]*\n", "\n" + text):  # the fence may be the first line
+    """Where in `text` the answer's code block closes: from the line break (`\n` or `\r\n`) before a line
+    holding only `fence` to the end of that line. That break is the fence's: the prompt shows every text
+    followed by one (its own last one, or one added), and `missing_final_newline` gives back a target's own."""
+    if closed := re.search(rf"\r?\n{fence}[ \t\r]*\n", "\n" + text):  # the fence may be the first line
         return max(0, closed.start() - 1), closed.end() - 1
     return None
 
 
 def unclosed_tail(text: str, fence: str) -> int:
     """How many of the last characters of `text` could still become the line that closes the block."""
-    partial = re.search(rf"\n(`{{0,{len(fence) - 1}}}|{fence}[ \t]*)$", "\n" + text)
+    partial = re.search(rf"(\r?\n(`{{0,{len(fence) - 1}}}|{fence}[ \t\r]*)|\r)\Z", "\n" + text)
     return min(len(text), len(partial.group())) if partial else 0
 
 
-def missing_final_newline(text: str, target: str, ended_by_model: bool) -> str:
-    """"\n" when the model ended `text` without the newline that ends `target` (a file or whole lines).
+_BREAKS = re.compile(r"[\r\n]*\Z")
+_LAST_BREAK = re.compile(r"(\r\n|\r|\n)?\Z")
 
-    Models rarely write that last newline before their end-of-sequence token; keeping it means a
-    rewrite does not join the file's last line with whatever follows.
+
+def missing_final_newline(text: str, target: str, ended_by_model: bool) -> str:
+    """The line breaks that end `target` and that `text`, which the model ended, lacks: `target`'s run of
+    trailing line breaks less the part of it that `text` ends with; for an empty `text` (the target
+    deleted), `target`'s last line break alone. So an answer that copies its target gives back every byte.
+
+    The line break before the closing fence is the fence's, models rarely write a last newline before their
+    end of sequence, and often leave out the blank lines that end a selection; keeping them means a rewrite
+    does not join its last line with whatever follows (two paragraphs, two functions).
     """
-    return "\n" if ended_by_model and target.endswith("\n") and not text.endswith("\n") else ""
+    if not ended_by_model:
+        return ""
+    if not text:
+        return _LAST_BREAK.search(target).group()
+    wanted, ending = _BREAKS.search(target).group(), _BREAKS.search(text).group()
+    return wanted[len(ending):] if wanted.startswith(ending) else ""
 
 
 def merge_spans(spans: list[Span]) -> list[Span]:
