@@ -24,7 +24,8 @@ def register(commands) -> None:
     parser.add_argument("--strategies", default=",".join(plan.DEFAULT_STRATEGIES),
                         help=f"comma-separated: {', '.join(plan.STRATEGIES)} (ar always runs: it is the reference); "
                              "an engine strategy may name other weights (pld+h@float32) or another number of "
-                             "repair passes (pld+h@repairs=0: repair off)")
+                             "repair passes (pld+h@repairs=0: repair off); reference-prompt runs CanItEdit's own chat prompt "
+                             "through the engine, on the canitedit task only")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
     parser.add_argument("--records", help="comma-separated record ids (as rows.jsonl names them) to run instead of "
                                           "--samples of each task: a run again, on just the records that matter")
