@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "assistant"
 # What each part may import of the project, besides itself (the layers of docs/architecture.md).
-BASE = {"assistant", "assistant.config", "assistant.files"}
+BASE = {"assistant", "assistant.config", "assistant.files", "assistant.errors"}
 ALLOWED = {
     "kernels": BASE,
     "checks": BASE,
@@ -21,6 +21,12 @@ ALLOWED = {
 }
 DOORS = ("lsp", "web", "serve")
 TOOLS = ("bench",)
+# The engine's public API, what a door may import of the project besides its own package and the HTTP plumbing
+# the two HTTP doors share: the facade (the contract, the events, the engines), the asyncio view, the checks.
+PUBLIC = BASE | {"assistant.errors", "assistant.engine.aio", "assistant.checks", "assistant.http"}
+# The facade, the remote client and what they import: a door with --engine loads them, and no torch (test_light_client.py).
+LIGHT = ("assistant", "assistant.engine.contract", "assistant.engine.remote", "assistant.engine.aio")
+HEAVY = ("assistant.decoding", "assistant.model", "assistant.kernels", "assistant.engine.assistant")
 
 
 def module_name(path: Path) -> str:
@@ -92,3 +98,25 @@ def test_there_is_no_import_cycle():
 
     for module in sorted(graph):
         visit(module)
+
+
+def within(name: str, prefixes) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if part(m) in DOORS + ("http",)))
+def test_doors_import_only_the_public_api(module):
+    allowed = PUBLIC | {f"assistant.{part(module)}"}
+    for name, _ in imports(MODULES[module]):
+        assert within(name, allowed), f"{module} imports {name}, past the engine's public API"
+
+
+def test_the_remote_client_imports_nothing_that_loads_the_model():
+    seen, todo = set(), list(LIGHT)
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in MODULES:
+            continue
+        seen.add(module)
+        todo += [name for name, _ in imports(MODULES[module]) if name != "assistant"]
+    assert sorted(m for m in seen if within(m, HEAVY)) == []
