@@ -3,7 +3,8 @@
 Each command is a module of this package that parses its options and calls the engine, a tool
 (`assistant/bench/`) or a front door (`assistant/lsp/`, `assistant/web/`); none of those imports a
 command back. Only the module of the command being run is imported, so `assistant rewrite` never
-loads the language server's or the playground's libraries.
+loads the language server's or the playground's libraries. What every door shares is checked here before
+the command runs: a malformed --engine URL is refused in one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import argparse
 import importlib
 import sys
 
-from assistant.cli.options import show_progress
+from assistant import RemoteError
+from assistant.cli.options import USAGE, check_engine, show_progress
 
 COMMANDS = {  # name: what `assistant --help` says of it; the module assistant.cli.<name> registers it
     "rewrite": "rewrite files on an instruction",
@@ -27,6 +29,11 @@ COMMANDS = {  # name: what `assistant --help` says of it; the module assistant.c
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser_for(argv).parse_args(argv)
+    try:
+        check_engine(args)
+    except RemoteError as error:
+        print(f"assistant {args.command}: {error}", file=sys.stderr)
+        return USAGE
     show_progress()
     return args.run(args)
 

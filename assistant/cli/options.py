@@ -1,5 +1,5 @@
-"""What every command shares: the model options, SIGTERM handled like Ctrl-C, and the engine's
-progress notes on stderr."""
+"""What every command shares: the model options, --engine (checked before the command starts), SIGTERM
+handled like Ctrl-C, and the engine's progress notes on stderr."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 import assistant
 from assistant import DEFAULT_STRATEGY, STRATEGIES, Engine, config
 from assistant.model import catalog
+
+USAGE = 2  # the exit status of a command refused as given (argparse's)
 
 
 def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) -> None:
@@ -31,6 +33,13 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
                         help="an OpenAI-compatible server (assistant serve, vLLM, llama.cpp, Ollama) to send the "
                              "requests to instead of loading a model (default: ASSISTANT_ENGINE; its key: "
                              "ASSISTANT_API_KEY)")
+
+
+def check_engine(args: argparse.Namespace) -> None:
+    """Refuse (RemoteError) an --engine (or ASSISTANT_ENGINE) that is not an http(s) address, before the command
+    starts: `cli.main` calls it for every door. Only a given --engine imports the remote client."""
+    if getattr(args, "engine", None):
+        assistant.RemoteAssistant.address(args.engine)
 
 
 def assistant_for(args: argparse.Namespace) -> Engine:

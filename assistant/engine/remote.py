@@ -16,23 +16,32 @@ takes the answer out of the code block the model replies with, and attributes it
 the text it rewrote (`engine.alignment`), and checks the answer and repairs it (repair passes are further
 requests) as the engine does.
 
-Invariant: a Result is made only from a stream that ended as the protocol ends it (`data: [DONE]`
-after a finish reason); a server that is down, refuses, stalls past `timeout`, sends an error or closes
-early raises RemoteError (or RewriteError, for a request it refused as bad), so no door takes a
-partial answer for a finished one. Cancelling closes the connection, which cancels the server's run.
+A server is untrusted input: every part of what it sends is checked against the shape the protocol gives
+it (`shaped`, the shapes below: MODELS, CHUNK and the extension field's) before it is used, so an answer in
+any other shape is a RemoteError that names the engine and the part that was wrong, never an exception from
+deep inside a door.
+
+Invariant: a Result is made only from a stream that ended as the protocol ends it, with a finish reason and
+then `data: [DONE]`; a stream that closes before `data: [DONE]`, even after its finish reason (the server or
+a proxy between died, and the usage or the engine's account may be missing), raises RemoteError, as does a
+server that is down, refuses, stalls past `timeout`, sends an error or a malformed answer (or RewriteError,
+for a request it refused as bad), so no door takes a partial answer for a finished one. Cancelling closes the
+connection, which cancels the server's run.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
+import reprlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from assistant.checks import Check, Problem
 from assistant.engine import long_documents, repair
@@ -88,15 +97,28 @@ class RemoteAssistant(Engine):
 
     def __init__(self, url: str, *, strategy: str = DEFAULT_STRATEGY, api_key: str | None = None,
                  timeout: float = TIMEOUT):
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RemoteError(f"the engine URL {url!r} is not an http(s) address, e.g. http://127.0.0.1:8000")
-        self.url, self.parts = url, parts
-        self.base = parts.path.rstrip("/").removesuffix("/v1") + "/v1"
+        self.url, self.parts = url, self.address(url)
+        self.base = self.parts.path.rstrip("/").removesuffix("/v1") + "/v1"
         self.strategy = check_strategy(strategy)
         self.api_key, self.timeout = api_key, timeout
         self.loaded = self._served()
         self.model = self.loaded.name
+
+    @staticmethod
+    def address(url: str) -> SplitResult:
+        """The parts of an engine URL (http:// when it names no scheme), if it is an http(s) address with a host
+        and a port in range; RemoteError otherwise. A door checks its --engine with it before it starts."""
+        example = "give one such as http://127.0.0.1:8000"
+        try:
+            parts = urlsplit(url if "://" in url else f"http://{url}")
+            port = parts.port
+        except ValueError as error:
+            raise RemoteError(f"the engine URL {url!r} is malformed ({error}); {example}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteError(f"the engine URL {url!r} is not an http(s) address with a host; {example}")
+        if port == 0:
+            raise RemoteError(f"the engine URL {url!r} is malformed (port 0 cannot be connected to); {example}")
+        return parts
 
     # ------------------------------------------------------------ what the doors call
 
@@ -179,28 +201,27 @@ class RemoteAssistant(Engine):
                 yield reader.result("cancelled", self.model)
                 return
             if not reader.ended:
-                raise RemoteError(f"the engine at {self.url} closed the stream before the answer ended; "
-                                  f"nothing of it is kept")
+                raise RemoteError(f"the engine at {self.url} ended the stream (data: [DONE]) before the answer "
+                                  f"ended (no finish reason); nothing of it is kept")
             yield from reader.finish(self.model)
+        except Malformed as error:
+            raise self._malformed("an answer chunk", error) from None
         finally:
             done.set()
             connection.close()
 
     def _chunks(self, response: http.client.HTTPResponse, cancel: threading.Event) -> Iterator[dict]:
-        """The stream's JSON chunks up to `data: [DONE]`; an error chunk raises RemoteError."""
+        """The stream's chunks, each of the shape CHUNK, up to `data: [DONE]`; an error chunk, one that is not
+        JSON or a stream that ends before `data: [DONE]` raises RemoteError (unless cancelled meanwhile)."""
         try:
             for raw in response:
-                line = raw.decode("utf-8").rstrip("\r\n")
-                if not line.startswith("data:"):
+                if not raw.startswith(b"data:"):
                     continue  # a blank line between events, a comment (keep-alive), an event name
-                data = line[5:].strip()
-                if data == "[DONE]":
+                data = raw[5:].strip()
+                if data == b"[DONE]":
                     return
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise RemoteError(f"the engine at {self.url} failed mid-answer: {error_message(chunk)}")
-                yield chunk
-        except (OSError, http.client.HTTPException, ValueError) as error:
+                yield shaped(self._chunk(data), CHUNK, "")
+        except (OSError, http.client.HTTPException) as error:
             if cancel.is_set():
                 return
             if isinstance(error, TimeoutError | socket.timeout):
@@ -208,6 +229,25 @@ class RemoteAssistant(Engine):
                                   f"the answer so far is dropped") from error
             raise RemoteError(f"the engine at {self.url} broke off the answer ({error}); nothing of it is kept") \
                 from error
+        if not cancel.is_set():
+            raise RemoteError(f"the engine at {self.url} closed the stream before the answer ended (no data: [DONE]); "
+                              f"nothing of it is kept")
+
+    def _chunk(self, data: bytes):
+        """A `data:` line's JSON; an error chunk raises RemoteError with the server's message."""
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):  # not UTF-8 (a ValueError), not JSON, or nested past all reason
+            raise RemoteError(f"the engine at {self.url} sent an answer chunk that is not JSON "
+                              f"({reprlib.repr(data.decode('utf-8', 'replace'))}); nothing of the answer is kept") \
+                from None
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise RemoteError(f"the engine at {self.url} failed mid-answer: {error_message(chunk)}")
+        return chunk
+
+    def _malformed(self, what: str, error: Malformed) -> RemoteError:
+        return RemoteError(f"the engine at {self.url} answered in a shape the protocol does not have ({what}: "
+                           f"{error}); nothing of the answer is kept")
 
     # ------------------------------------------------------------ HTTP
 
@@ -229,12 +269,20 @@ class RemoteAssistant(Engine):
             connection.close()
             raise RemoteError(f"cannot reach the engine at {self.url}: {error}") from error
         if response.status != 200:
-            detail = error_message(parsed(response.read()))
-            connection.close()
+            detail = error_message(parsed(self._read(connection, response)))
             if response.status in (400, 422):
                 raise RewriteError(f"the engine refused the request: {detail}")
             raise RemoteError(f"the engine at {self.url} answered {response.status}: {detail}")
         return connection, response
+
+    def _read(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> bytes:
+        """A whole (not streamed) answer's body; the connection is closed after."""
+        try:
+            return response.read()
+        except (OSError, http.client.HTTPException) as error:
+            raise RemoteError(f"the engine at {self.url} broke off its answer ({error})") from error
+        finally:
+            connection.close()
 
     def _post(self, path: str, body: dict):
         return self._request("POST", path, body)
@@ -242,13 +290,17 @@ class RemoteAssistant(Engine):
     def _served(self) -> Served:
         connection, response = self._request("GET", "/models", None)
         try:
-            models = parsed(response.read()).get("data") or []
-        finally:
-            connection.close()
+            models = shaped(json.loads(self._read(connection, response)), MODELS, "").get("data") or []
+        except (ValueError, RecursionError):
+            raise RemoteError(f"the engine at {self.url} answered /v1/models with something that is not JSON") \
+                from None
+        except Malformed as error:
+            raise RemoteError(f"the engine at {self.url} answered /v1/models in a shape the protocol does not "
+                              f"have: {error}") from None
         if not models:
             raise RemoteError(f"the engine at {self.url} serves no model (/v1/models is empty)")
         model = models[0]
-        return Served(str(model.get("id", "")), int(model.get("max_model_len") or DEFAULT_CONTEXT),
+        return Served(model.get("id") or "", model.get("max_model_len") or DEFAULT_CONTEXT,
                       model.get("owned_by") == "assistant")
 
 
@@ -262,17 +314,21 @@ def hang_up_on_cancel(connection: http.client.HTTPConnection, cancel: threading.
 
 
 def parsed(data: bytes) -> dict:
+    """An error answer's body as an object, whatever the server sent."""
     try:
         value = json.loads(data)
-    except ValueError:
-        return {"error": {"message": data.decode("utf-8", "replace")[:500]}}
-    return value if isinstance(value, dict) else {}
+    except (ValueError, RecursionError):
+        value = data.decode("utf-8", "replace")[:500]
+    return value if isinstance(value, dict) else {"error": {"message": str(value)[:500]}}
 
 
 def error_message(body: dict) -> str:
-    """The message of an OpenAI-style error body ({"error": {"message"}}, or FastAPI's {"detail"})."""
+    """The message of an OpenAI-style error body ({"error": {"message"}}, or FastAPI's {"detail"}), as one line
+    of printable text at most 300 characters long: it is the server's, and goes into ours."""
     error = body.get("error", body.get("detail", body))
-    return str(error.get("message", error) if isinstance(error, dict) else error)
+    text = str(error.get("message", error) if isinstance(error, dict) else error)
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def estimated_tokens(text: str) -> int:
@@ -306,37 +362,37 @@ class NativeAnswer(Answer):
 
     def read(self, chunk: dict) -> Iterator[Event]:
         extension = chunk.get("assistant") or {}
-        if "queued" in extension:
-            yield Queued(int(extension["queued"]))
-        if "repairing" in extension:
-            repairing = extension["repairing"]
+        if extension.get("queued") is not None:
+            yield Queued(extension["queued"])
+        if repairing := extension.get("repairing"):
             yield Repairing(problems_of(repairing["problems"]), repairing["attempt"])
         for choice in chunk.get("choices") or []:
             text = (choice.get("delta") or {}).get("content") or ""
             if choice.get("finish_reason"):
                 self.ended, self.summary = True, extension
             elif text or extension.get("spans"):
-                tokens = [span_of(s) for s in extension.get("spans", [])]
-                step, totals = extension.get("step") or {}, extension.get("totals") or {}
                 self.text += text
+                tokens = spans_of(extension.get("spans") or [], len(self.text), len(self.document), "assistant.spans")
                 self.tokens += tokens
-                yield Delta(text, tokens, step.get("new_tokens", 0), step.get("drafted", 0), step.get("accepted", 0),
-                            step.get("seconds", 0.0), stats_of(totals))
+                step, totals = extension.get("step") or {}, extension.get("totals") or {}
+                yield Delta(text, tokens, step.get("new_tokens") or 0, step.get("drafted") or 0,
+                            step.get("accepted") or 0, step.get("seconds") or 0.0, stats_of(totals))
 
     def finish(self, model: str) -> Iterator[Event]:
-        yield self.result(self.summary.get("stopped", "length"), model)
+        yield self.result(self.summary.get("stopped") or "length", model)
 
     def result(self, stopped: str, model: str) -> Result:
         summary, text, tokens = self.summary, self.text, self.tokens
-        if "text" in summary:  # a repair replaced the answer streamed
-            text, tokens = summary["text"], [span_of(s) for s in summary.get("spans", [])]
+        if summary.get("text") is not None:  # a repair replaced the answer streamed
+            text = summary["text"]
+            tokens = spans_of(summary.get("spans") or [], len(text), len(self.document), "assistant.spans")
         check = summary.get("check")
         return Result(text, merge_spans(tokens), stats_of(summary.get("stats") or {}), stopped,
-                      summary.get("model", model), summary.get("weights", RemoteAssistant.weights), tokens,
-                      [tuple(piece) for piece in summary.get("pieces", [])],
-                      None if check is None else Check(problems_of(check["problems"]), tuple(check["ran"]),
+                      summary.get("model") or model, summary.get("weights") or RemoteAssistant.weights, tokens,
+                      [in_range(piece, len(self.document), "assistant.pieces") for piece in summary.get("pieces") or []],
+                      None if check is None else Check(problems_of(check["problems"], len(text)), tuple(check["ran"]),
                                                        tuple(check["notes"])),
-                      tuple(repair_of(repair) for repair in summary.get("repairs", [])),
+                      tuple(repair_of(repair) for repair in summary.get("repairs") or []),
                       change=summary.get("change"))
 
 
@@ -365,8 +421,8 @@ class PlainAnswer(Answer):
                 self.ended, self.finish_reason = True, choice["finish_reason"]
 
     def stats(self) -> Stats:
-        return Stats(self.usage.get("completion_tokens", self.steps), self.steps, time.perf_counter() - self.started,
-                     self.usage.get("prompt_tokens", 0), 0, 0, self.first)
+        return Stats(self.usage.get("completion_tokens") or self.steps, self.steps, time.perf_counter() - self.started,
+                     self.usage.get("prompt_tokens") or 0, 0, 0, self.first)
 
     def finish(self, model: str) -> Iterator[Event]:
         if rest := self.block.finish():
@@ -427,25 +483,103 @@ class Block:
         return new
 
 
-def span_of(span: dict) -> Span:
-    """A Span from the extension field's JSON (its source in the document's offsets)."""
-    source = span["source"]
-    return Span(tuple(span["output"]), None if source is None else (source["start"], source["end"]))
+# ---------------------------------------------------------------- the shapes of answers
+
+class Malformed(Exception):
+    """A part of a server's answer in a shape the protocol does not have; the message names the part (its path
+    in the JSON) and what it was."""
 
 
-def problems_of(problems: list[dict]) -> tuple[Problem, ...]:
+STOPPED = frozenset({"eos", "stop", "length", "cancelled"})  # how an answer of assistant serve stopped
+CHANGES = frozenset({"none", "layout", "comments", "edit"})  # `checks.change_kind`
+PROBLEM = {"message": str, "start": int, "end": int, "code": str, "checker": str}
+SPAN = {"output": (int, int), "source?": {"start": int, "end": int}}
+STATS = {"new_tokens?": int, "steps?": int, "seconds?": float, "prompt_tokens?": int, "drafted?": int,
+         "accepted?": int, "first_token_seconds?": float}
+EXTENSION = {"queued?": int, "repairing?": {"attempt": int, "problems": [PROBLEM]}, "spans?": [SPAN],
+             "step?": STATS, "totals?": STATS,  # a step's, and then the summary's of the last chunk:
+             "stopped?": STOPPED, "stats?": STATS, "model?": str, "weights?": str, "pieces?": [(int, int)],
+             "check?": {"problems": [PROBLEM], "ran": [str], "notes": [str]}, "text?": str, "change?": CHANGES,
+             "repairs?": [{"attempt": int, "problems_before": [PROBLEM], "problems_after": [PROBLEM], "kept": bool,
+                           "stats": STATS, "seconds": float, "model?": bool}]}
+CHUNK = {"choices?": [{"delta?": {"content?": str}, "finish_reason?": str}],
+         "usage?": {"prompt_tokens?": int, "completion_tokens?": int}, "assistant?": EXTENSION}
+MODELS = {"data?": [{"id?": str, "max_model_len?": int, "owned_by?": str}]}
+
+
+def shaped(value, shape, where: str):
+    """`value` if it has `shape`, or Malformed naming the part (`where`, its path) that does not. A shape is a
+    type (int: a whole number >= 0; float: a finite number >= 0), a dict (an object whose keys have those
+    shapes; a key ending in "?" may be missing or null; other keys are ignored), a list of one shape (a list of
+    such items), a tuple (a list of exactly those items) or a frozenset (one of those strings)."""
+    if isinstance(shape, dict):
+        expect(value, dict, where)
+        for key, inner in shape.items():
+            name = key.removesuffix("?")
+            if value.get(name) is not None:
+                shaped(value[name], inner, f"{where}.{name}" if where else name)
+            elif not key.endswith("?"):
+                raise Malformed(f"{where}.{name} is missing")
+    elif isinstance(shape, list | tuple):
+        expect(value, list, where)
+        if isinstance(shape, tuple) and len(value) != len(shape):
+            raise Malformed(f"{where or 'it'} is {reprlib.repr(value)}, not a list of {len(shape)}")
+        for index, item in enumerate(value):
+            shaped(item, shape[0] if isinstance(shape, list) else shape[index], f"{where}[{index}]")
+    elif isinstance(shape, frozenset):
+        if not isinstance(value, str) or value not in shape:
+            raise Malformed(f"{where} is {reprlib.repr(value)}, not one of {', '.join(sorted(shape))}")
+    else:
+        expect(value, shape, where)
+    return value
+
+
+KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a whole number >= 0",
+         float: "a finite number >= 0"}
+
+
+def expect(value, kind: type, where: str) -> None:
+    """Malformed unless `value` is of `kind` (as KINDS says it: JSON's true is no number here)."""
+    if kind is float:
+        fits = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    else:
+        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        fits = fits and (kind is not int or value >= 0)
+    if not fits:
+        raise Malformed(f"{where or 'it'} is {reprlib.repr(value)}, not {KINDS[kind]}")
+
+
+def in_range(pair, limit: float, where: str) -> tuple[int, int]:
+    """A checked [start, end] pair as a tuple, if 0 <= start <= end <= limit."""
+    start, end = pair
+    if not start <= end <= limit:
+        raise Malformed(f"{where} has the range [{start}, {end}], which is not inside [0, {limit}]")
+    return start, end
+
+
+def spans_of(spans: list[dict], output: int, document: int, where: str) -> list[Span]:
+    """Spans from the extension field's JSON (sources in the document's offsets), each inside the answer's
+    first `output` characters and its source inside the `document` characters."""
+    return [Span(in_range(span["output"], output, where),
+                 None if span.get("source") is None else
+                 in_range((span["source"]["start"], span["source"]["end"]), document, f"{where} (source)"))
+            for span in spans]
+
+
+def problems_of(problems: list[dict], length: float = math.inf) -> tuple[Problem, ...]:
+    """Problems from their JSON, each inside the `length` characters of the text it names (when known)."""
+    for problem in problems:
+        in_range((problem["start"], problem["end"]), length, "a problem")
     return tuple(Problem(p["message"], p["start"], p["end"], p["code"], p["checker"]) for p in problems)
 
 
 def repair_of(repair: dict) -> Repair:
     """A repair pass from assistant serve's JSON (`serve.protocol.repair_json`)."""
     return Repair(repair["attempt"], problems_of(repair["problems_before"]), problems_of(repair["problems_after"]),
-                  repair["kept"], stats_of(repair["stats"]), repair["seconds"], repair.get("model", True))
+                  repair["kept"], stats_of(repair["stats"]), repair["seconds"], repair.get("model") is not False)
 
 
 def stats_of(figures: dict) -> Stats:
     """Stats from their JSON (`Stats.to_json`); missing figures are 0."""
-    return Stats(figures.get("new_tokens", 0), figures.get("steps", 0), figures.get("seconds", 0.0),
-                 figures.get("prompt_tokens", 0), figures.get("drafted", 0), figures.get("accepted", 0),
-                 figures.get("first_token_seconds", 0.0))
-
+    return Stats(*(figures.get(name) or 0 for name in ("new_tokens", "steps", "seconds", "prompt_tokens", "drafted",
+                                                        "accepted", "first_token_seconds")))
