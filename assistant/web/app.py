@@ -41,6 +41,11 @@ MAX_NEW_TOKENS = 4096
 MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
 CHECKED_LANGUAGES = ("python", *GRAMMARS)  # ruff for Python, tree-sitter's syntax for the rest
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
+NO_CHANGE = {  # Result.change of a finished answer that made no edit, as the page says it
+    "none": "no change made: the answer is the document as it was",
+    "layout": "no change made: only the layout changed (whitespace, line breaks or quotes)",
+    "comments": "no change made: only comments changed",
+}
 
 
 # ---------------------------------------------------------------- request and response models
@@ -55,7 +60,8 @@ class RewriteRequest(BaseModel):
     strategy: str | None = Field(None, description=f"one of {', '.join(STRATEGIES)}; the server default when left out")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 decodes greedily")
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS,
-                                       description="the most tokens to generate; about twice the document when left out")
+                                       description="the most tokens to generate; left out: the engine's output budget, "
+                                                   "room for a whole rewrite")
     language: str | None = Field(None, description="an LSP languageId (python, javascript, ...) to check the answer "
                                                    "as, repairing the problems it introduced; left out: unchecked")
 
@@ -105,6 +111,11 @@ class RewriteResponse(BaseModel):
     problems: list[ProblemModel] = Field(description="the problems the answer introduced, as checked")
     checks: ChecksModel
     repairs: list[dict] = Field(description="the repair passes: problems before and after, kept or not")
+    change: str | None = Field(description="what the finished answer changed: none, layout, comments or edit; "
+                                           "null when it did not finish")
+    unchanged: bool = Field(description="true when the finished answer made no edit (change is none, layout or "
+                                        "comments): no change made, not a plain success")
+    note: str | None = Field(description="what the page says of an answer that made no edit; null otherwise")
 
 
 class Health(BaseModel):
@@ -154,7 +165,7 @@ def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
     if result.stopped in COMPLETE:
         return None
     if result.stopped == "length":
-        limit = f"max_new_tokens={request.max_new_tokens}" if request.max_new_tokens else "the default max_new_tokens"
+        limit = f"max_new_tokens={request.max_new_tokens}" if request.max_new_tokens else "the engine's output budget"
         return (f"the answer stopped at the token limit ({limit}, {result.stats.new_tokens} tokens) before it "
                 f"finished: raise max_new_tokens (Max tokens on the page) or rewrite a shorter part of the document")
     if result.stopped == "cancelled":
@@ -164,7 +175,8 @@ def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
 
 def done_message(result: Result, request: RewriteRequest, strategy: str) -> dict:
     reason = unfinished_reason(result, request)
-    return {"type": "done", **result.to_json(), "complete": reason is None, "reason": reason, "strategy": strategy}
+    return {"type": "done", **result.to_json(), "complete": reason is None, "reason": reason,
+            "unchanged": result.unchanged, "note": NO_CHANGE.get(result.change), "strategy": strategy}
 
 
 def failure_message(error: Exception) -> str:

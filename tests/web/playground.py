@@ -58,14 +58,16 @@ class FakeAssistant:
     engine's own TurnQueue. `fail_after` steps it raises, as a broken engine would. Asked for a `language`,
     it checks the answer as the engine does: it finds `problems` (offsets in the answer) and, when there
     are some, announces a repair pass (`Repairing`) that lasts until `repaired` is set, and keeps them,
-    with `repairs` as the Result's."""
+    with `repairs` as the Result's. A finished answer's `change` is `change` ("edit" unless a test says
+    otherwise); each request's `max_new_tokens` is noted in `asked`."""
 
     strategy = "pld"
 
     def __init__(self, chars: int = 4, step_seconds: float = 0.01, fail_after: int | None = None,
-                 problems: tuple[Problem, ...] = (), repairs: tuple[Repair, ...] = ()):
+                 problems: tuple[Problem, ...] = (), repairs: tuple[Repair, ...] = (), change: str = "edit"):
         self.chars, self.step_seconds, self.fail_after, self.problems = chars, step_seconds, fail_after, problems
-        self.repairs = repairs
+        self.repairs, self.change = repairs, change
+        self.asked: list[int | None] = []  # each request's max_new_tokens
         self.repaired = threading.Event()
         self.turns = TurnQueue()
         self.lock = threading.Lock()
@@ -75,6 +77,7 @@ class FakeAssistant:
     def rewrite(self, document: str, instruction: str, *, strategy=None, temperature=0.0, max_new_tokens=None,
                 language=None, cancel: threading.Event | None = None):
         check_request(Request(document, instruction))
+        self.asked.append(max_new_tokens)
         return self._run(document, max_new_tokens or 10_000, cancel, language)
 
     def close(self) -> None:  # no background work to stop
@@ -110,7 +113,8 @@ class FakeAssistant:
                 yield Repairing(check.problems, 1)
                 self.repaired.wait(timeout=60)
             yield Result(text, merge_spans(spans), stats, stopped, "fake", "float32", spans, check=check,
-                         repairs=self.repairs if check is not None else ())
+                         repairs=self.repairs if check is not None else (),
+                         change=self.change if stopped == "eos" else None)
         finally:
             time.sleep(self.step_seconds)  # like the engine, it takes a moment to let go after its Result
             self.turns.leave(ticket)

@@ -97,22 +97,55 @@ def shot(name: str) -> Path:
 
 # ---------------------------------------------------------------- the page's own duties, with a fake assistant
 
-def run_in_page(page, base_url: str, document: str, max_tokens: int = 256) -> None:
+def run_in_page(page, base_url: str, document: str, max_tokens: int | None = None) -> None:
+    """Run a rewrite of `document` in the page; Max tokens is left as the page starts unless `max_tokens`."""
     from playwright.sync_api import expect
 
     page.goto(base_url + "/")
     expect(page.locator("#run")).to_be_enabled(timeout=60_000)
     page.fill("#document", document)
     page.fill("#instruction", "Copy it.")
-    page.fill("#max-tokens", str(max_tokens))
+    if max_tokens is not None:
+        page.fill("#max-tokens", str(max_tokens))
     page.click("#run")
     expect(page.locator("#run")).to_be_enabled(timeout=60_000)  # the run has ended
 
 
 @pytest.fixture(scope="module")
-def fake_url():
-    with serve(create_app(lambda: FakeAssistant(chars=3, step_seconds=0.0), "fake")) as address:
+def fake():
+    return FakeAssistant(chars=3, step_seconds=0.0)
+
+
+@pytest.fixture(scope="module")
+def fake_url(fake):
+    with serve(create_app(lambda: fake, "fake")) as address:
         yield f"http://{address}"
+
+
+def test_page_leaves_the_token_limit_to_the_engine_unless_set(fake_url, fake, browser):
+    """A pasted file must not stop at a limit the user never chose: an empty Max tokens is not sent."""
+    page = browser.new_page()
+    try:
+        run_in_page(page, fake_url, "def add(a, b):\n    return a + b\n")
+        assert page.input_value("#max-tokens") == "" and fake.asked[-1] is None
+        run_in_page(page, fake_url, "def add(a, b):\n    return a + b\n", max_tokens=40)
+        assert fake.asked[-1] == 40
+    finally:
+        page.close()
+
+
+def test_page_says_no_change_made_with_what_changed(browser):
+    from playwright.sync_api import expect
+
+    with serve(create_app(lambda: FakeAssistant(step_seconds=0.0, change="comments"), "fake")) as address:
+        page = browser.new_page()
+        try:
+            run_in_page(page, f"http://{address}", "def add(a, b):\n    return a + b\n")
+            expect(page.locator("#no-change")).to_have_text("No change made: only comments changed")
+            assert page.locator("#status").inner_text().startswith("No change made: only comments changed")
+            expect(page.locator("#unfinished")).to_be_hidden()
+        finally:
+            page.close()
 
 
 def test_page_slices_by_code_points(fake_url, browser):

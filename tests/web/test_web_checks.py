@@ -1,6 +1,7 @@
 """What the engine's check found reaches the playground's clients: a repair pass is announced on the
 websocket (`repairing`), and every answer carries its problems (offsets and line in its text), the checks
-that ran or why none did, and its repair passes, over the websocket and over HTTP alike. A real uvicorn
+that ran or why none did, its repair passes, and whether it changed anything (an answer that made no edit
+says "no change made"), over the websocket and over HTTP alike. A real uvicorn
 on 127.0.0.1, a fake assistant that checks as the engine does."""
 
 from __future__ import annotations
@@ -73,3 +74,21 @@ def test_a_language_is_read_as_the_engine_reads_it(server, fake):
         checked = http.post("/api/rewrite", json={**RUN, "language": "PYTHON"}).json()
         unknown = http.post("/api/rewrite", json={**RUN, "language": "klingon"}).json()
     assert checked["checks"]["ran"] == ["fake"] and unknown["checks"]["ran"] == []
+
+
+@pytest.mark.parametrize("change, note", [("comments", "no change made: only comments changed"),
+                                          ("none", "no change made: the answer is the document as it was"),
+                                          ("edit", None)])
+def test_an_answer_that_made_no_edit_says_no_change_made(change, note):
+    fake = FakeAssistant(chars=8, step_seconds=0.0, change=change)
+    with serve(create_app(lambda: fake, "fake")) as address:
+        async def streamed():
+            async with websockets.connect(f"ws://{address}/ws/rewrite") as ws:
+                await ws.send(json.dumps({**RUN, "language": None}))
+                return (await until(ws, "done"))[-1]
+        done = asyncio.run(streamed())
+        with httpx.Client(base_url=f"http://{address}", timeout=60) as http:
+            answer = http.post("/api/rewrite", json={**RUN, "language": None}).json()
+    for message in (done, answer):
+        assert message["complete"] and (message["change"], message["unchanged"], message["note"]) == (
+            change, note is not None, note)

@@ -7,7 +7,7 @@ const els = {
   instruction: $("instruction"), preset: $("preset"), strategy: $("strategy"), temperature: $("temperature"),
   maxTokens: $("max-tokens"), compare: $("compare"), run: $("run"), stop: $("stop"), status: $("status"),
   output: $("output"), diff: $("diff"), chart: $("chart"), compareResult: $("compare-result"),
-  modelStatus: $("model-status"), modelText: $("model-text"), unfinished: $("unfinished"),
+  modelStatus: $("model-status"), modelText: $("model-text"), unfinished: $("unfinished"), noChange: $("no-change"),
   language: $("language"), checks: $("checks"), checksSummary: $("checks-summary"), problems: $("problems"),
 };
 
@@ -114,11 +114,12 @@ function next() {
     document: els.doc.value, instruction: els.instruction.value, strategy,
     temperature: Number(els.temperature.value) || 0,
   };
-  const max = parseInt(els.maxTokens.value, 10);
+  const max = parseInt(els.maxTokens.value, 10);  // empty: not sent, the engine's budget applies
   if (max > 0) request.max_new_tokens = max;
   if (els.language.value) request.language = els.language.value;
   run = { document: request.document, strategy, text: "", chars: [], tokens: [], steps: [], rendered: 0 };
   markUnfinished(null);
+  markNoChange(null);
   hideChecks();
   els.output.textContent = "";
   els.diff.textContent = "";
@@ -141,6 +142,16 @@ function markUnfinished(reason) {
   els.unfinished.classList.toggle("hidden", !reason);
   els.output.classList.toggle("partial", Boolean(reason));
   els.diff.classList.toggle("partial", Boolean(reason));
+}
+
+// A finished answer that made no edit (the text back, or only its layout or comments changed) is not a success.
+function markNoChange(note) {
+  els.noChange.textContent = note ? capitalized(note) : "";
+  els.noChange.classList.toggle("hidden", !note);
+}
+
+function capitalized(text) {
+  return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
 function fail(message) {
@@ -182,6 +193,7 @@ function onDone(msg) {
   run.text = msg.text;
   run.chars = codePoints(msg.text);
   markUnfinished(msg.complete ? null : msg.reason);
+  markNoChange(msg.unchanged ? msg.note : null);
   renderOutput(run.chars, msg.spans);
   showChecks(msg);
   renderSourceView(msg.spans);
@@ -189,7 +201,8 @@ function onDone(msg) {
   updateFigures(msg.stats);
   drawChart();
   const s = msg.stats;
-  const summary = `${msg.complete ? "Done" : "Unfinished"} (${msg.strategy}, ${msg.stopped}): ` +
+  const outcome = !msg.complete ? "Unfinished" : msg.unchanged ? capitalized(msg.note) : "Done";
+  const summary = `${outcome} (${msg.strategy}, ${msg.stopped}): ` +
     `${s.new_tokens} tokens in ${s.seconds.toFixed(2)} s, ${s.steps} steps.`;
   compareRuns.push({ strategy: msg.strategy, stats: s });
   if (plan.length && msg.stopped !== "cancelled") {
