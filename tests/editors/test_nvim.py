@@ -3,9 +3,10 @@ on Debian's Neovim 0.7.2 and on a current one (0.11.4 from the PyPI package binw
 
 A Lua script loads the plugin as a plugin manager would (editors/nvim on the runtimepath, `setup`),
 opens a small Python file, selects it all and runs `:AssistantRewrite`, answering its prompt, sampling
-the buffer while the answer streams; then, with the cursor on each hunk, rejects one and accepts the
-other, undoes once, runs `:checkhealth assistant` and opens the help file. It writes what it saw to a JSON file that the
-assertions below read.
+what the window shows while the answer streams (the buffer's lines and the removed lines, virtual
+lines between them); saves during the review; then, with the cursor on each hunk, rejects one and
+accepts the other, undoes once, runs `:checkhealth assistant` and opens the help file. It writes what
+it saw to a JSON file that the assertions below read.
 """
 
 from __future__ import annotations
@@ -68,6 +69,25 @@ end
 local function lines(bufnr)
   return vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
 end
+-- what the window shows: the buffer's lines, and the virtual lines above or below them
+local function shown(bufnr)
+  local above, below = {}, {}
+  local ns = vim.api.nvim_create_namespace("assistant_diff")
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })) do
+    local into = mark[4].virt_lines_above and above or below
+    into[mark[2]] = into[mark[2]] or {}
+    for _, chunks in ipairs(mark[4].virt_lines or {}) do
+      table.insert(into[mark[2]], chunks[1][1])
+    end
+  end
+  local found = {}
+  for row, line in ipairs(lines(bufnr)) do
+    vim.list_extend(found, above[row - 1] or {})
+    table.insert(found, line)
+    vim.list_extend(found, below[row - 1] or {})
+  end
+  return found
+end
 
 vim.cmd("edit " .. vim.fn.fnameescape(target))
 local bufnr = vim.api.nvim_get_current_buf()
@@ -81,8 +101,15 @@ vim.ui.input = function(opts, on_confirm)  -- the user types the instruction at 
   on_confirm(instruction)
 end
 vim.cmd("'<,'>AssistantRewrite")
+local function version()
+  local versions = vim.lsp.util.buf_versions
+  return versions and versions[bufnr] or vim.api.nvim_buf_get_changedtick(bufnr)
+end
 local done = vim.wait(600000, function()
-  table.insert(report.samples, lines(bufnr))
+  local diff = assistant.diffs[bufnr]
+  if diff and diff.version == version() then  -- the marks drawn for the lines the buffer holds
+    table.insert(report.samples, shown(bufnr))
+  end
   return assistant.results[bufnr] ~= nil
 end, 100)
 if not done then
@@ -90,15 +117,22 @@ if not done then
 end
 report.result = assistant.results[bufnr]
 report.lines = lines(bufnr)
+report.shown = shown(bufnr)
 report.diff = assistant.diffs[bufnr]
+vim.cmd("write")  -- a save during the review writes what the buffer holds: the answer
+report.saved = vim.fn.readfile(target)
 
 local function marks(name)
   local found = {}
   local ns = vim.api.nvim_create_namespace(name)
   for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })) do
     local d = mark[4]
+    local virtual = {}
+    for _, chunks in ipairs(d.virt_lines or {}) do
+      table.insert(virtual, chunks[1])
+    end
     table.insert(found, { row = mark[2], col = mark[3], end_row = d.end_row, end_col = d.end_col,
-                          eol = d.hl_eol, group = d.hl_group })
+                          eol = d.hl_eol, group = d.hl_group, virtual = virtual, above = d.virt_lines_above })
   end
   return found
 end
@@ -108,7 +142,7 @@ report.copied_marks = marks("assistant_attribution")
 
 -- with the cursor on a hunk: decide it, and wait for the server's answer
 local function decide(hunk, action)
-  vim.api.nvim_win_set_cursor(0, { hunk.old.start + 1, 0 })
+  vim.api.nvim_win_set_cursor(0, { math.min(hunk.new.start, vim.api.nvim_buf_line_count(bufnr) - 1) + 1, 0 })
   local answered = false
   assistant[action](function(result, err) answered = result or err or true end)
   return vim.wait(60000, function() return answered end, 50)
@@ -125,7 +159,7 @@ end
 if not deletion then
   return finish("no hunk deletes lines")
 end
-report.rejected = vim.api.nvim_buf_get_lines(bufnr, deletion.old.start, deletion.old["end"], false)
+report.rejected = deletion
 if not decide(deletion, "reject_hunk") then
   return finish("reject_hunk got no answer")
 end
@@ -182,30 +216,31 @@ def test_rewrite_review_hunks_undo_and_health(tmp_path, nvim):
     # no server until the first command, one after it; the instruction asked for with vim.ui.input
     assert report["clients_before"] == 0 and report["clients"] == 1
     assert report["prompt"] == "Rewrite instruction: "
-    # while it streamed and once it finished, every original line was in view, in its order
+    # while it streamed and once it finished, every original line was in view, in its order: the
+    # buffer holds only the answer, and the removed lines are virtual lines, so a save writes the answer
     assert len(report["samples"]) > 1
-    for sample in report["samples"] + [report["lines"]]:
+    for sample in report["samples"] + [report["shown"]]:
         rest = iter(sample)
         assert all(any(line == seen for seen in rest) for line in original), sample
+    assert report["lines"] == report["saved"] == answer.splitlines()
 
-    # old lines marked removed, new lines added, the model's own text generated, copied text linked
+    # removed lines virtual (AssistantRemoved), new lines added, the model's own text generated, copied text linked
+    hunks = report["diff"]["hunks"]
     groups = {mark["row"]: mark["group"] for mark in report["diff_marks"] if mark.get("eol")}
-    for hunk in report["diff"]["hunks"]:
-        assert all(groups.get(row) == "AssistantRemoved" for row in range(hunk["old"]["start"], hunk["old"]["end"]))
+    virtual = [[text for text, _ in mark["virtual"]] for mark in report["diff_marks"] if mark["virtual"]]
+    assert virtual == [hunk["removed"] for hunk in hunks if hunk["removed"]]
+    assert all(group == "AssistantRemoved" for mark in report["diff_marks"] for _, group in mark["virtual"])
+    for hunk in hunks:
+        assert hunk["old"]["start"] == hunk["old"]["end"] == hunk["new"]["start"]  # no old line is text
         assert all(groups.get(row) == "AssistantAdded" for row in range(hunk["new"]["start"], hunk["new"]["end"]))
     assert any(mark.get("group") == "AssistantGenerated" for mark in report["diff_marks"])
     assert report["copied_marks"] and all(mark["group"] == "AssistantCopied" for mark in report["copied_marks"])
 
-    # rejecting the deletion keeps its old lines, exactly; accepting the others drops theirs
-    hunks = report["diff"]["hunks"]
-    rejected = next(hunk for hunk in hunks if hunk["new"]["start"] == hunk["new"]["end"])
-    assert report["rejected"] == report["lines"][rejected["old"]["start"]:rejected["old"]["end"]]
-    assert report["after_reject"] == report["lines"]  # a deletion rejected: nothing to remove, the marks go
-
-    def dropped(row: int) -> bool:
-        return any(hunk["old"]["start"] <= row < hunk["old"]["end"] for hunk in hunks if hunk is not rejected)
-
-    assert report["after_accept"] == [line for row, line in enumerate(report["lines"]) if not dropped(row)]
+    # rejecting the deletion puts its old lines back, exactly; accepting the others keeps the buffer
+    rejected = report["rejected"]
+    at = rejected["new"]["start"]
+    assert report["after_reject"] == report["lines"][:at] + rejected["removed"] + report["lines"][at:]
+    assert report["after_accept"] == report["after_reject"]
     assert report["after_accept"] not in (original, answer.splitlines())
     assert report["marks_after_accept"] == []
     # one undo: the text from before the rewrite

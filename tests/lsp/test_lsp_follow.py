@@ -119,3 +119,24 @@ def test_typing_in_a_hunks_new_line_decides_it_for_the_new_line_with_the_typing(
     assert job.owed == {0: True} and job.undecided == [] and not job.reviewing
     assert job.resolved().view().text == OUTPUT.replace("def plus", "def plus_typed")
     assert job.diff_notice(3)["hunks"] == []
+
+
+def test_deleting_a_hunks_old_line_whole_accepts_it():
+    job = written(accepted=False)
+    job.follow(job.known.replace("def add(a, b):\n", "", 1))
+    assert job.owed == {0: True} and job.resolved().view().text == OUTPUT
+
+
+def test_typing_in_the_unchanged_lines_keeps_the_review_and_a_decision_keeps_the_typing():
+    job = written(accepted=False)
+    typed = job.known.replace("return a + b", "return a + b  # sum")
+    job.follow(typed)
+    assert job.owed == {} and job.undecided == [0] and job.view.text == typed[job.start:job.end]
+    assert job.diff.decide([0], False).view().text == "def add(a, b):\n    return a + b  # sum\n"
+
+
+def test_an_edit_that_joins_a_hunks_old_and_new_lines_keeps_them_as_typed():
+    job = written(accepted=False)
+    typed = job.known.replace("def add(a, b):\ndef plus", "def add(a, b): def plus", 1)
+    job.follow(typed)
+    assert job.undecided == [] and job.resolved().view().text == typed[job.start:job.end]

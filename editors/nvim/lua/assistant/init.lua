@@ -2,9 +2,11 @@
 --
 -- The server starts on the first command (not for every buffer) and is attached to the buffers
 -- that ask for a rewrite. A rewrite streams into the buffer as a diff that keeps the original in
--- view (`assistant/diff`): old lines AssistantRemoved, new lines AssistantAdded, the text the model
--- wrote rather than copied AssistantGenerated; copied text is AssistantCopied, and rests of the
--- cursor on it echo the original lines it came from (`assistant/attribution`). Hunks are accepted
+-- view (`assistant/diff`): the buffer holds only the answer's lines, and each hunk's old lines are
+-- virtual lines above its new ones (`removedLines = "virtual"`), AssistantRemoved, so a save writes
+-- the answer (the hunks rejected so far in their original text); new lines AssistantAdded, the
+-- text the model wrote rather than copied AssistantGenerated; copied text is AssistantCopied, and
+-- rests of the cursor on it echo the original lines it came from (`assistant/attribution`). Hunks are accepted
 -- or rejected one by one (the hunk under the cursor) or all at once; every edit of one rewrite,
 -- from its first streamed line to its last decision, is one undo step. Works on Neovim 0.7 and
 -- later: 0.11's vim.lsp.start, or vim.lsp.start_client before it.
@@ -141,6 +143,28 @@ local function mark_lines(bufnr, lines, group, sign)
   end
 end
 
+-- Where a hunk's removed lines show as virtual lines: above its first new line, or below the last
+-- line of the buffer when it ends there. Returns the row and whether above.
+local function virtual_row(bufnr, hunk)
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  if hunk.new.start < count then
+    return hunk.new.start, true
+  end
+  return count - 1, false
+end
+
+local function mark_removed(bufnr, hunk)
+  if #(hunk.removed or {}) == 0 or hunk.old.start ~= hunk.old["end"] then
+    return -- nothing removed, or the old lines are text (mark_lines marks them)
+  end
+  local lines = {}
+  for _, line in ipairs(hunk.removed) do
+    table.insert(lines, { { line, "AssistantRemoved" } })
+  end
+  local row, above = virtual_row(bufnr, hunk)
+  vim.api.nvim_buf_set_extmark(bufnr, ns_diff, row, 0, { virt_lines = lines, virt_lines_above = above })
+end
+
 -- `assistant/diff`: redraw the hunks' old and new lines and their generated text.
 local function on_diff(_, params)
   local bufnr = vim.uri_to_bufnr(params.uri)
@@ -150,6 +174,7 @@ local function on_diff(_, params)
   M.diffs[bufnr] = params
   vim.api.nvim_buf_clear_namespace(bufnr, ns_diff, 0, -1)
   for _, hunk in ipairs(params.hunks) do
+    mark_removed(bufnr, hunk)
     mark_lines(bufnr, hunk.old, "AssistantRemoved", "-")
     mark_lines(bufnr, hunk.new, "AssistantAdded", "+")
     for _, range in ipairs(hunk.generated) do
@@ -227,7 +252,9 @@ local function client_config()
     name = "assistant",
     cmd = M.server_command(),
     root_dir = config.root_dir or (vim.uv or vim.loop).cwd(),
-    init_options = { draftFromOpenBuffers = config.draft_from_open_buffers },
+    -- removed lines are virtual lines (Neovim 0.6 and later), so the buffer holds only the answer
+    init_options = { draftFromOpenBuffers = config.draft_from_open_buffers,
+                      removedLines = vim.fn.has("nvim-0.6") == 1 and "virtual" or "text" },
     -- The server checks that each streamed edit landed by the document version it moved to, so
     -- didChange must go out before the answer to workspace/applyEdit.
     flags = { debounce_text_changes = 0 },
@@ -297,7 +324,9 @@ local function rewrite_done(bufnr, result, err)
   if not result or (result.hunks or 0) == 0 then
     joining[bufnr] = nil
   end
-  if result and (result.hunks or 0) > 0 then
+  if result and result.unchanged then
+    -- nothing to add: the server said "no change made", and what did change (window/showMessage)
+  elseif result and (result.hunks or 0) > 0 then
     notify(result.hunks .. " hunk(s) to review (:AssistantAcceptHunk, :AssistantRejectHunk, …All)")
   elseif result then
     notify(result.restored and "the original text is back" or "the rewrite changed nothing")
@@ -333,11 +362,14 @@ function M.rewrite(bufnr, range, instruction)
   end)
 end
 
--- The undecided hunk on `row` (0-based) of `bufnr`: its old lines, then its new ones.
+-- The undecided hunk on `row` (0-based) of `bufnr`: its old lines, then its new ones; one with
+-- no line of text, on the line its removed lines show at.
 function M.hunk_at(bufnr, row)
   local diff = M.diffs[bufnr]
   for _, hunk in ipairs(diff and diff.hunks or {}) do
-    if row >= math.min(hunk.old.start, hunk.new.start) and row < math.max(hunk.old["end"], hunk.new["end"], hunk.old.start + 1) then
+    local first = math.min(hunk.old.start, hunk.new.start)
+    local last = math.max(hunk.old["end"], hunk.new["end"])
+    if (row >= first and row < last) or (first == last and row == virtual_row(bufnr, hunk)) then
       return hunk, diff.id
     end
   end
