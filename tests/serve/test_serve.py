@@ -109,6 +109,7 @@ def test_a_streamed_answer_is_the_whole_answer_in_chunks(client):
     finish = [chunk for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
     assert len(finish) == 1 and finish[0].choices[0].finish_reason == "stop"
     assert extension(finish[0])["stopped"] == "eos"
+    assert extension(finish[0])["change"] == extension(whole)["change"] == "edit"  # what the remote client reads
     assert chunks[-1].usage.completion_tokens_details.accepted_prediction_tokens > 0
 
 
