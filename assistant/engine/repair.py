@@ -18,7 +18,8 @@ changed, the text before the edit is shown beside it, read-only, to restore from
 answer is checked against the original document again and kept only if it finished with fewer
 problems than the answer it repaired; otherwise it is dropped and repairing stops there (a pass
 that made no progress is not worth another: under greedy decoding the same prompt would give the
-same answer again).
+same answer again). A pass that has given the answer back unchanged past the line of its last problem
+is given up there (`answered`): it would keep those problems, and finishing it would cost a whole answer.
 
 Invariants: every pass is an ordinary generation, so its output is token-identical to `ar`'s on its
 prompt, and what a fix puts back is the document's own text, attributed to it; the Result is that
@@ -41,7 +42,7 @@ from typing import Protocol
 from assistant import checks
 from assistant.checks import Check, Fix, Problem
 from assistant.engine.contract import Request, RewriteError, check_request
-from assistant.engine.events import NOTHING, Event, Repair, Repairing, Result
+from assistant.engine.events import NOTHING, Delta, Event, Repair, Repairing, Result, Stats
 from assistant.engine.long_documents import combined
 from assistant.engine.output import Span, merge_spans
 from assistant.engine.prompts import repair_instruction
@@ -201,15 +202,40 @@ def attempt(engine: Answers, request: Request, edit: Edit, result: Result, check
         repairing = check_request(replace(request, document=asked.document, instruction=asked.instruction,
                                           selection=asked.selection, references=asked.references))
         with closing(engine.answer(repairing, cancel)) as events:
-            answer = next(event for event in events if isinstance(event, Result))
+            answer = answered(events, result.text, check.problems)
     except RewriteError as error:  # the answer cannot be a request's document (empty, too long)
         return None, result, Check(notes=(f"no repair: {error}",))
+    if isinstance(answer, Stats):  # given up: it gave the problems back
+        return Repair(number, check.problems, check.problems, False, answer, time.perf_counter() - started), \
+            result, check
     tokens = edit.traced(answer.token_spans, result.text, result.spans)
     answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces)
     answer_check = edit.check(answer.text) if answer.finished else Check()
     kept = answer.finished and len(answer_check.problems) < len(check.problems)
     repair = Repair(number, check.problems, answer_check.problems, kept, answer.stats, time.perf_counter() - started)
     return repair, answer, answer_check
+
+
+def answered(events: Iterator[Event], before: str, problems: tuple[Problem, ...]) -> Result | Stats:
+    """A repair pass's Result; or, as soon as its text has given `before` back unchanged past the end of the line
+    of the last problem, its figures so far: a greedy pass that copied every problem line keeps those problems,
+    so it is given up there, and a failed pass costs the copy up to its last problem, not a whole answer."""
+    limit = line_end(before, max(problem.end for problem in problems))
+    shown, totals = "", NOTHING
+    for event in events:
+        if isinstance(event, Result):
+            return event
+        if isinstance(event, Delta):
+            shown, totals = shown + event.text, event.totals
+            if len(shown) > limit and shown[:limit + 1] == before[:limit + 1]:
+                return totals
+    raise AssertionError("the engine ended without a result")
+
+
+def line_end(text: str, at: int) -> int:
+    """The offset of the line break that ends the line holding `at` (the text's length on its last line)."""
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
 
 
 def restored(edit: Edit, result: Result, check: Check) -> tuple[Repair, Result, Check] | None:

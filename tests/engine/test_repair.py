@@ -23,7 +23,7 @@ HINTED = "def area(w: int, h: int) -> int:\n    return w * h\n"
 UNDEFINED = "def area(w: Num, h: Num) -> Num:\n    return w * h\n"  # three uses of a name never defined
 ONE_LEFT = "Num = int\ndef area(w: Num, h: Num) -> Numb:\n    return w * h\n"
 TWO_LEFT = "Num = int\ndef area(w: Num, h: Numb) -> Numb:\n    return w * h\n"
-WORSE = "def area(w: Num, h: Num) -> Num:\n    return w * h + Unknown\n"
+WORSE = "def area(w: Num, h: Num) -> Nums:\n    return w * h + Unknown\n"  # four names undefined
 
 
 def stats(tokens: int) -> Stats:
@@ -146,6 +146,36 @@ def test_an_unfinished_repair_is_dropped():
     _, result = run(PYTHON, answer(UNDEFINED), Passes(answer(HINTED[:10], "length")))
     [repair] = result.repairs
     assert not repair.kept and result.text == UNDEFINED and len(result.problems) == 3
+
+
+def test_a_pass_that_copies_its_problem_lines_is_given_up_there():
+    """Under greedy decoding a pass that gave back every line with a problem keeps those problems: it is
+    stopped there, so a failed pass costs its copy up to the last problem, not a whole answer."""
+    tail = "".join(f"\n\ndef f{i}(x):\n    return x\n" for i in range(50))
+    copied = UNDEFINED + tail
+    closed = []
+
+    class Copies(Passes):
+        def answer(self, request, cancel=None):
+            if self.first is not None:
+                return super().answer(request, cancel)
+            self.asked.append(request)
+
+            def stream():
+                try:
+                    for line in copied.splitlines(keepends=True):
+                        yield Delta(line, [], 1, 0, 0, 0.1, stats(len(line)))
+                    yield answer(copied)
+                finally:
+                    closed.append(True)
+            return stream()
+
+    passes = Copies()
+    result = checked_events(TIDY, answer(copied), passes)[-1]
+    [repair] = result.repairs
+    assert len(passes.asked) == 1 and closed == [True] and not repair.kept
+    assert repair.problems_after == repair.problems_before and result.text == copied
+    assert repair.stats.new_tokens < len(UNDEFINED) + 5  # the Deltas up to the problem line's end, no more
 
 
 def test_a_cancel_stops_repairing():
