@@ -224,7 +224,7 @@ def table(summary: list[dict], unavailable: dict[str, str], left_out: dict[str, 
     columns = [(name, cell) for name, key, cell in COLUMNS
                if key is None or any(s[key] is not None for s in summary)]
     notes = [f"{k}: unavailable ({v})" for k, v in unavailable.items()]
-    notes += [f"{task}: {len(problems)} problems left out, their packages not installed "
+    notes += [f"{task}: {len(problems)} problem{'s' * (len(problems) > 1)} left out, their packages not installed "
               f"({', '.join(sorted({p for packages in problems.values() for p in packages}))})"
               for task, problems in (left_out or {}).items()]
     t = Table(title="assistant bench", caption="; ".join(notes))

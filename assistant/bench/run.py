@@ -60,8 +60,8 @@ def run(plan: Plan, assistant, model: str, load) -> bool:
     rows: list[dict] = []
     costs: dict[str, dict] = {}
     interrupted = False
-    # Piped output would be cut to 80 columns, too narrow for the table.
-    console, progress_console = Console(width=None if sys.stdout.isatty() else 240), Console(stderr=True)
+    # Piped output would be cut to 80 columns, too narrow for the table's two dozen columns.
+    console, progress_console = Console(width=None if sys.stdout.isatty() else 320), Console(stderr=True)
     try:
         strategies = runner.warm_up(runner.check(plan.strategies), plan.records[0])
         progress_console.print(f"measuring the cost of a forward after {step_costs.CONTEXT} tokens of context")
