@@ -26,7 +26,7 @@ from assistant.engine.contract import (  # noqa: E402 - after wait_politely, lik
     check_strategy,
     result_of,
 )
-from assistant.engine.events import Delta, Event, Queued, Repair, Repairing, Result, Stats  # noqa: E402
+from assistant.engine.events import Delta, Event, Queued, Repair, Repairing, Result, Stats, problem_json  # noqa: E402
 from assistant.engine.output import Span  # noqa: E402
 from assistant.errors import ModelError  # noqa: E402
 
@@ -34,7 +34,7 @@ ENGINES = {"Assistant": "assistant.engine.assistant", "RemoteAssistant": "assist
 
 __all__ = ["DEFAULT_REPAIRS", "DEFAULT_STRATEGY", "STRATEGIES", "Assistant", "Delta", "Engine", "Event", "ModelError",
            "Queued", "RemoteAssistant", "RemoteError", "Repair", "Repairing", "Request", "Result", "RewriteError",
-           "Span", "Stats", "check_instruction", "check_request", "check_strategy", "result_of"]
+           "Span", "Stats", "check_instruction", "check_request", "check_strategy", "problem_json", "result_of"]
 
 
 def __getattr__(name: str):

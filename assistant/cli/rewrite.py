@@ -1,20 +1,19 @@
 """`assistant rewrite PATH... -i INSTRUCTION`: rewrite files on an instruction.
 
 Everything that can be checked without the model (paths, options, encodings, line ranges) is
-checked first, so mistakes fail fast; the model is then loaded once and the files are rewritten
-in turn, one failure not stopping the others. The engine plans long files (it splits them into
-pieces); an answer that did not finish (token limit, cancel, failure) is never written, and the
-command exits non-zero naming the option that would let it finish. The engine checks every
-finished answer in the file's language and repairs the problems it introduced; an answer that still
-has problems is not written (`--in-place`, `-o`) unless `--allow-problems` says so, and its problems
-are listed on stderr (path:line:column: message) whatever the output. Writes go to a temporary
-file next to the target (a link's target, for a link) that replaces it atomically, keeping its
-owner and mode, so an interruption at any moment leaves the original intact. A file with several
-hard links is written over in place instead, so that every name sees the new text (what Vim's
-`backupcopy=auto` and Emacs's `backup-by-copying-when-linked` do): its old text is first copied
-beside it (PATH~, or with --no-backup a hidden copy removed once the new text is written), where an
-interruption leaves it. A byte-order mark belongs to the file's encoding, not its text: the model
-never sees it, and the file written keeps it.
+checked first, so mistakes fail fast; the model is then loaded (or the --engine reached) once and
+the files are rewritten in turn, one failure, a remote engine's included, not stopping the others.
+The engine plans long files (it splits them into pieces); an answer that did not finish (token
+limit, cancel, failure) is never written, and the command exits non-zero naming the option that
+would let it finish. The engine checks every finished answer in the file's language and repairs
+the problems it introduced; an answer that still has problems is not written (`--in-place`, `-o`)
+unless `--allow-problems` says so, and its problems are listed on stderr (path:line:column:
+message) whatever the output. An answer that made no edit (the text as it was, or only its layout
+or comments changed: `Result.change`) is said to have made no change, never reported as a plain
+success; the text as it was is not written over the file. Files are written by
+`files.write_atomically` (whole or not at all, owner and mode kept, hard links kept, the PATH~
+backup), after checking that the file did not change on disk meanwhile. A byte-order mark belongs
+to the file's encoding, not its text: the model never sees it, and the file written keeps it.
 """
 
 from __future__ import annotations
@@ -26,25 +25,33 @@ import json
 import math
 import os
 import re
-import shutil
-import stat
 import sys
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, TaskProgressColumn, TextColumn
-from rich.progress import Progress as Bar
-from rich.text import Text
-
-from assistant import files
+from assistant import (
+    Delta,
+    ModelError,
+    Repairing,
+    Result,
+    RewriteError,
+    Span,
+    check_instruction,
+    files,
+    problem_json,
+)
 from assistant.checks import Problem, language_of
-from assistant.cli.options import add_engine_option, add_model_options, assistant_for, interrupt_on_sigterm
-from assistant import Delta, ModelError, Repairing, Result, RewriteError, Span, check_instruction
-from assistant.engine.events import problem_json
+from assistant.cli.display import Progress, kept, styled, summary, terminal_console
+from assistant.cli.options import (
+    USAGE,
+    add_engine_option,
+    add_model_options,
+    assistant_for,
+    interrupt_on_sigterm,
+)
 
-USAGE, FAILED = 2, 1
+FAILED = 1
 BOM = "\ufeff"
 
 
@@ -246,140 +253,28 @@ def original_text(source: Source) -> str:
     return source.text.replace("\n", "\r\n") if source.crlf else source.text
 
 
-# --- writing safely ---
+# --- writing ---
 
-def write_atomically(target: Path, data: bytes, source: Source, backup: bool) -> list[str]:
-    """Replace `target` (a link's target, for a link) by `data` through a temporary file in its
-    folder: never a half-written file, nothing left behind on failure (a hard-linked file is written
-    over in place instead, `write_linked`). Returns what of the old file's owner and mode could not
-    be kept."""
-    target = Path(os.path.realpath(target))
-    if source.fingerprint is not None and target == Path(os.path.realpath(source.path)):
+def write_answer(target: Path, data: bytes, source: Source, backup: bool) -> list[str]:
+    """Replace `target` by `data` as `files.write_atomically` does (whole or not at all, owner and mode kept,
+    hard links kept), unless it is the file read and it changed on disk since. Returns what of the owner and
+    mode could not be kept; Refused when nothing could be written."""
+    if source.fingerprint is not None and os.path.realpath(target) == os.path.realpath(source.path):
         try:
             unchanged = fingerprint(source.path) == source.fingerprint
         except OSError:
             unchanged = False
         if not unchanged:
             raise Refused(f"{source.path}: changed on disk while it was being rewritten; not overwriting it")
-    if target.exists() and os.stat(target).st_nlink > 1:
-        write_linked(target, data, backup)
-        return []  # the same inode: its owner and mode stay
-    with files.temporary_beside(target) as temporary:
-        files.write_synced(temporary, data)
-        lost = keep_owner_and_mode(temporary, target)
-        if backup:
-            keep_backup(target)
-        os.replace(temporary, target)
-    return lost
-
-
-def keep_owner_and_mode(new: Path, old: Path) -> list[str]:
-    """Give `new` the owner, group and mode of `old` (a new file's mode if there is none)."""
-    if not old.exists():
-        os.chmod(new, files.new_file_mode())
-        return []
-    was, lost = os.stat(old), []
     try:
-        os.chown(new, was.st_uid, was.st_gid)
-    except PermissionError:
-        lost.append(f"its owner and group ({was.st_uid}:{was.st_gid})")
-    os.chmod(new, stat.S_IMODE(was.st_mode))  # after chown, which may clear the set-id bits
-    if stat.S_IMODE(os.stat(new).st_mode) != stat.S_IMODE(was.st_mode):
-        lost.append(f"its mode ({stat.S_IMODE(was.st_mode):o})")
-    return lost
+        return files.write_atomically(target, data, backup)
+    except files.BackupError as error:
+        raise Refused(f"{error}{' (--no-backup goes without one)' if backup else ''}") from None
+    except files.WriteError as error:
+        raise Refused(str(error)) from None
 
 
-def write_linked(target: Path, data: bytes, backup: bool) -> None:
-    """Write `data` over a file with several hard links, in place, so that every name sees it. Its old
-    text is copied first (PATH~, or a hidden copy without `backup`, removed once the new text is
-    synced); a write that fails leaves the copy and says where it is."""
-    copy = keep_backup(target, None if backup else target.with_name(f".{target.name}.original"))
-    try:
-        with open(target, "r+b") as file:
-            file.write(data)
-            file.truncate()
-            file.flush()
-            os.fsync(file.fileno())
-    except OSError as error:
-        raise Refused(f"{target}: writing it in place failed ({error.strerror or error}); its old text is "
-                      f"in {copy}") from None
-    if not backup:
-        copy.unlink()
-
-
-def keep_backup(target: Path, backup: Path | None = None) -> Path:
-    """Copy `target` to `backup` (PATH~ unless named; mode and times kept) in one step; a failed copy
-    leaves nothing. Returns the copy."""
-    backup = backup or target.with_name(target.name + "~")
-    try:
-        with files.temporary_beside(backup) as copy:
-            shutil.copy2(target, copy)
-            os.replace(copy, backup)
-    except OSError as error:
-        raise Refused(f"{target}: cannot write the backup {backup} ({error.strerror or error}); nothing written"
-                      + (" (--no-backup goes without one)" if backup.name == target.name + "~" else "")) from None
-    return backup
-
-
-# --- showing ---
-
-COPIED, GENERATED = "dim", "bold cyan"  # copied text recedes, what the model wrote stands out
-
-
-def styled(text: str, spans, start: int) -> Text:
-    """A Delta's text (starting at output offset `start`) shaded by where each character came from."""
-    shown, at = Text(text), 0
-    for span in sorted(spans, key=lambda span: span.output):
-        a, b = (max(0, offset - start) for offset in span.output)
-        if a > at:
-            shown.stylize(GENERATED, at, a)
-        shown.stylize(COPIED, a, b)
-        at = max(at, b)
-    if at < len(text):
-        shown.stylize(GENERATED, at, len(text))
-    return shown
-
-
-def kept(text: str) -> Text:
-    """Text outside the lines being rewritten, shown as copied."""
-    return Text(text, style=COPIED)
-
-
-def summary(result, steps: list) -> str:
-    """Closing line: share copied, speed, mean accepted and an estimated speedup over plain decoding.
-
-    Plain decoding takes one step per token; a step here that drafted nothing is such a plain step,
-    so its mean time prices the plain run: speedup ~ new_tokens * plain step time / time spent. `steps`
-    are the streamed pass's; the figures before it cover every pass, repairs included."""
-    stats = result.stats
-    plain = [seconds for drafted, seconds in steps if drafted == 0]
-    spent = sum(seconds for _, seconds in steps)
-    streamed = stats.new_tokens - sum(repair.stats.new_tokens for repair in result.repairs)
-    line = (f"{result.copied_share:.0%} of the text copied from the file, {stats.new_tokens} tokens in {stats.steps} steps, "
-            f"{stats.tokens_per_second:.1f} tokens/s, {stats.mean_accepted:.2f} tokens/step")
-    if plain and spent:
-        speedup = streamed * (sum(plain) / len(plain)) / spent
-        line += (f"; ~{speedup:.1f}x faster than plain decoding (one step per token, "
-                 f"priced at the mean time of this run's undrafted steps)")
-    elif stats.steps:
-        line += f"; at most ~{stats.mean_accepted:.1f}x faster than plain decoding (tokens per step; no plain step seen)"
-    return line + checked(result)
-
-
-def checked(result) -> str:
-    """What the check found and the repairs made, for the closing line."""
-    check = result.check
-    if check is None:
-        return ""
-    if not check.checked:
-        return f"; unchecked ({'; '.join(check.notes).removeprefix('unchecked: ')})"
-    passes = [repair for repair in result.repairs if repair.model]
-    fixed = ", fixed without a model" if any(repair.kept and not repair.model for repair in result.repairs) else ""
-    kept = sum(repair.kept for repair in passes)
-    repaired = fixed + (f", {len(passes)} repair passes ({kept} kept)" if passes else "")
-    left = len(check.problems)
-    return f"; checked ({', '.join(check.ran)}){repaired}: {left or 'no'} problem{'' if left == 1 else 's'} left"
-
+# --- problems ---
 
 def located(source: Source, result) -> list[tuple[Problem, int, int]]:
     """The answer's problems with offsets in the new file text (as `spliced` makes it, \\n line breaks),
@@ -399,29 +294,6 @@ def report_problems(source: Source, problems: list[tuple[Problem, int, int]]) ->
     name = "stdin" if source.path == "-" else source.path
     for problem, line, column in problems:
         print(f"{name}:{line}:{column}: {problem.message} [{problem.code}]", file=sys.stderr)
-
-
-class Progress:
-    """A rich progress bar over the characters of the text to rewrite, with tokens/s, shown only when
-    stderr is a terminal. How far it is: the furthest place in the file that output came from."""
-
-    def __init__(self, path: str, region: tuple[int, int], quiet: bool):
-        self.bar, self.start = None, region[0]
-        if quiet or not sys.stderr.isatty():
-            return
-        self.bar = Bar(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                       TextColumn("{task.fields[speed]}"), console=Console(stderr=True), transient=True)
-        self.task = self.bar.add_task(path, total=region[1] - region[0], speed="")
-        self.bar.start()
-
-    def update(self, event, speed: str) -> None:
-        if self.bar is not None:
-            ends = [span.source[1] - self.start for span in event.tokens if span.source is not None]
-            self.bar.update(self.task, speed=speed, **({"completed": max(ends)} if ends else {}))
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 # --- running ---
@@ -473,19 +345,21 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
             print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
 
 
+NO_CHANGE = {  # Result.change of an answer that made no edit, as the command says it
+    "none": "no change made: the answer is the text as it was",
+    "layout": "no change made: only the layout changed (whitespace, line breaks or quotes)",
+    "comments": "no change made: only comments changed",
+}
+
+
 def finish(source: Source, result, args, streamed: bool) -> None:
     """Print or write the new text the way the options ask; an unfinished answer is never written, nor
-    one with problems unless --allow-problems says so."""
+    one with problems unless --allow-problems says so, and one that made no edit is said to (on stderr,
+    even with --quiet: it is the outcome, not progress)."""
     text, spans = restored(source, *spliced(source, result))
     problems = located(source, result)
-    if args.json:  # the record says how it stopped, and what the check found
-        to_input = crlf_offsets(source.text) if source.crlf else (lambda offset: offset)
-        to_output = crlf_offsets(spliced(source, result)[0]) if source.crlf else (lambda offset: offset)
-        record = result.to_json() | {"path": source.path, "text": text, "spans": [s.to_json() for s in spans],
-                                     "pieces": [[to_input(a), to_input(b)] for a, b in result.pieces],
-                                     "problems": [problem_json(in_file(p, to_output, len(text)), text)
-                                                  for p, _, _ in problems]}
-        print(json.dumps(record), flush=True)
+    if args.json:  # the record says how it stopped, what the check found and whether it changed anything
+        print(json.dumps(record(source, result, text, spans, problems)), flush=True)
     if not result.finished:
         raise Refused(f"{source.path}: {UNFINISHED[result.stopped]}; nothing written")
     report_problems(source, problems)
@@ -503,13 +377,36 @@ def finish(source: Source, result, args, streamed: bool) -> None:
         sys.stdout.write(("" if text.endswith("\n") else "\n") if streamed else text)
         sys.stdout.flush()
     if args.in_place or args.output:
-        target = Path(source.path) if args.in_place else args.output
-        lost = write_atomically(target, (BOM * source.bom + text).encode(args.encoding or "utf-8"), source,
-                                backup=args.in_place and not args.no_backup)
-        if lost:
-            print(f"assistant rewrite: {target}: could not keep {' and '.join(lost)}", file=sys.stderr)
-        if not args.quiet:
-            print(f"{source.path}: written to {target}", file=sys.stderr)
+        write_out(source, text, result, args)
+    elif result.unchanged:
+        print(f"{source.path}: {NO_CHANGE[result.change]}", file=sys.stderr)
+
+
+def record(source: Source, result, text: str, spans: list, problems: list[tuple[Problem, int, int]]) -> dict:
+    """The --json record of a file: the Result's, with offsets in the file text as written and read."""
+    to_input = crlf_offsets(source.text) if source.crlf else (lambda offset: offset)
+    to_output = crlf_offsets(spliced(source, result)[0]) if source.crlf else (lambda offset: offset)
+    return result.to_json() | {"path": source.path, "text": text, "spans": [s.to_json() for s in spans],
+                               "pieces": [[to_input(a), to_input(b)] for a, b in result.pieces],
+                               "problems": [problem_json(in_file(p, to_output, len(text)), text)
+                                            for p, _, _ in problems]}
+
+
+def write_out(source: Source, text: str, result, args) -> None:
+    """Write the new text over the file (--in-place) or to OUT (-o), and say so. An answer that is the text as
+    it was is not written over it (nothing to write: no backup either); one that changed only its layout or
+    comments is written, since it is what the model answered, and said to have made no edit."""
+    target = Path(source.path) if args.in_place else args.output
+    said = f"{source.path}: {NO_CHANGE[result.change]}; " if result.unchanged else f"{source.path}: "
+    if args.in_place and result.change == "none":
+        print(f"{said}nothing written", file=sys.stderr)
+        return
+    lost = write_answer(target, (BOM * source.bom + text).encode(args.encoding or "utf-8"), source,
+                        backup=args.in_place and not args.no_backup)
+    if lost:
+        print(f"assistant rewrite: {target}: could not keep {' and '.join(lost)}", file=sys.stderr)
+    if result.unchanged or not args.quiet:
+        print(f"{said}written to {target}", file=sys.stderr)
 
 
 def run(args) -> int:
@@ -538,9 +435,10 @@ def run(args) -> int:
         for source in sources:
             try:
                 rewrite_one(assistant, source, instruction, args, console)
-            except (Refused, RewriteError, OSError, UnicodeEncodeError) as error:
-                failed = complain(f"{source.path}: {error}" if isinstance(error, RewriteError) else error, FAILED)
-    except (RewriteError, ModelError, OSError) as error:  # loading the model
+            except (Refused, RewriteError, ModelError, OSError, UnicodeEncodeError) as error:  # RemoteError too
+                failed = complain(f"{source.path}: {error}" if isinstance(error, RewriteError | ModelError) else error,
+                                  FAILED)
+    except (RewriteError, ModelError, OSError) as error:  # loading the model, or reaching the engine
         return complain(error, FAILED)
     except KeyboardInterrupt:
         return complain("interrupted; the file being rewritten was left as it was", 130)
@@ -548,13 +446,6 @@ def run(args) -> int:
         if assistant is not None:
             assistant.close()
     return FAILED if failed else 0
-
-
-def terminal_console(args):
-    """A rich console for shaded streaming output when stdout is a terminal and plain text is asked for."""
-    if args.json or args.diff or args.in_place or args.output or not sys.stdout.isatty():
-        return None
-    return Console(highlight=False, soft_wrap=True)
 
 
 def complain(error, code: int) -> int:

@@ -120,3 +120,14 @@ def test_the_remote_client_imports_nothing_that_loads_the_model():
         seen.add(module)
         todo += [name for name, _ in imports(MODULES[module]) if name != "assistant"]
     assert sorted(m for m in seen if within(m, HEAVY)) == []
+
+
+# What the command may import of the project besides its own package: the doors, the tools, the public API,
+# the model names and weight formats its options offer, and the tuned settings `assistant calibrate` writes.
+COMMAND = PUBLIC | {f"assistant.{name}" for name in DOORS + TOOLS} | {"assistant.model.catalog", "assistant.model.tuning"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if part(m) == "cli"))
+def test_the_command_imports_the_doors_the_tools_and_the_public_api(module):
+    for name, _ in imports(MODULES[module]):
+        assert within(name, COMMAND | {"assistant.cli"}), f"{module} imports {name}"
