@@ -3,7 +3,8 @@
 Each command is a module of this package that parses its options and calls the engine, a tool
 (`assistant/bench/`) or a front door (`assistant/lsp/`, `assistant/web/`); none of those imports a
 command back. Only the module of the command being run is imported, so `assistant rewrite` never
-loads the language server's or the playground's libraries. What every door shares is checked here before
+loads the language server's or the playground's libraries. Two modules are parts, not commands:
+`options.py` (what every command shares) and `display.py` (how `rewrite` shows a rewrite). What every door shares is checked here before
 the command runs: a malformed --engine URL is refused in one line, exit status 2.
 """
 

@@ -20,20 +20,16 @@ import pytest
 from assistant.checks import Check, Problem
 from assistant.cli import main
 from assistant.cli import rewrite as rewrite_command
+from assistant.cli.display import COPIED, GENERATED, styled, summary
 from assistant.cli.rewrite import (
-    COPIED,
-    GENERATED,
     Refused,
     crlf_offsets,
     finish,
     read_source,
     restored,
-    styled,
-    summary,
-    write_atomically,
+    write_answer,
 )
-from assistant.engine.events import Result, Stats
-from assistant.engine.events import NOTHING, Repair
+from assistant.engine.events import NOTHING, Repair, Result, Stats
 from assistant.engine.output import Span
 
 FAST = ["--max-new-tokens", "64"]  # enough for the tiny files here to finish
@@ -41,7 +37,7 @@ CODE = "def add(a, b):\n    return a + b\n"
 
 
 def rewrite(*args: str, stdin: str | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "assistant.cli", "rewrite", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "assistant.cli", "rewrite", *args], check=False, input=stdin,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -142,7 +138,7 @@ def read(path: Path):
 
 def test_write_without_backup_keeps_the_mode(code):
     code.chmod(0o751)
-    write_atomically(code, b"new\n", read(code), backup=False)
+    write_answer(code, b"new\n", read(code), backup=False)
     assert code.read_bytes() == b"new\n" and (code.stat().st_mode & 0o777) == 0o751
     assert leftovers(code.parent) == [] and not (code.parent / "code.py~").exists()
 
@@ -151,7 +147,7 @@ def test_a_file_changed_on_disk_is_not_overwritten(code):
     source = read(code)
     code.write_text(CODE + "# edited meanwhile\n")
     with pytest.raises(Refused, match="changed on disk"):
-        write_atomically(code, b"new\n", source, backup=True)
+        write_answer(code, b"new\n", source, backup=True)
     assert code.read_text().endswith("# edited meanwhile\n") and leftovers(code.parent) == []
 
 
@@ -160,14 +156,14 @@ def test_an_interrupted_write_leaves_the_original_and_no_temporary_file(code, mo
         raise KeyboardInterrupt
     monkeypatch.setattr(rewrite_command.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        rewrite_command.write_atomically(code, b"new\n", read(code), backup=True)
+        rewrite_command.write_answer(code, b"new\n", read(code), backup=True)
     assert code.read_text() == CODE and leftovers(code.parent) == []
 
 
 def test_in_place_on_a_link_rewrites_its_target_and_keeps_the_link(code):
     link = code.parent / "link.py"
     link.symlink_to(code.name)
-    write_atomically(link, b"new\n", read(link), backup=True)
+    write_answer(link, b"new\n", read(link), backup=True)
     assert link.is_symlink() and os.readlink(link) == code.name
     assert code.read_bytes() == b"new\n" and (code.parent / "code.py~").read_text() == CODE
     assert leftovers(code.parent) == []
@@ -177,7 +173,7 @@ def test_a_backup_that_cannot_be_written_leaves_nothing_behind(code):
     (code.parent / "code.py~").mkdir()  # a folder where the backup should go
     (code.parent / "code.py~" / "keep").write_text("x")
     with pytest.raises(Refused, match="cannot write the backup.*--no-backup"):
-        write_atomically(code, b"new\n", read(code), backup=True)
+        write_answer(code, b"new\n", read(code), backup=True)
     assert code.read_text() == CODE and leftovers(code.parent) == []
     assert sorted(p.name for p in code.parent.iterdir()) == ["code.py", "code.py~"]
 
@@ -187,7 +183,7 @@ def test_owner_group_and_mode_are_kept(code):
         pytest.skip("only root can give a file to another owner")
     os.chown(code, 12345, 23456)
     code.chmod(0o604)
-    assert write_atomically(code, b"new\n", read(code), backup=False) == []
+    assert write_answer(code, b"new\n", read(code), backup=False) == []
     state = code.stat()
     assert (state.st_uid, state.st_gid, state.st_mode & 0o7777) == (12345, 23456, 0o604)
 
@@ -197,7 +193,7 @@ def test_an_owner_that_cannot_be_kept_is_named(code, monkeypatch):
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(os, "chown", refused)  # what a user who does not own the file meets
     code.chmod(0o640)
-    lost = write_atomically(code, b"new\n", read(code), backup=False)
+    lost = write_answer(code, b"new\n", read(code), backup=False)
     state = code.stat()
     assert lost == [f"its owner and group ({state.st_uid}:{state.st_gid})"] and (state.st_mode & 0o777) == 0o640
 
@@ -373,12 +369,17 @@ def test_plain_text_to_stdout(code):
 
 
 def test_in_place_with_backup(tmp_path):
+    """Written with a backup, the mode kept; or, when the small model gives the text back as it was, said so
+    and nothing written (no backup either)."""
     path = write(tmp_path / "code.py", CODE)
     path.chmod(0o640)
     done = rewrite(str(path), "-i", "Rename add to plus.", "--in-place", *FAST)
     assert done.returncode == 0, done.stderr
     assert (path.stat().st_mode & 0o777) == 0o640 and path.read_text().endswith("\n")
-    assert (tmp_path / "code.py~").read_text() == CODE
+    if f"{path}: no change made: the answer is the text as it was; nothing written" in done.stderr:
+        assert path.read_text() == CODE and not (tmp_path / "code.py~").exists()
+    else:
+        assert f"written to {path}" in done.stderr and (tmp_path / "code.py~").read_text() == CODE
     assert leftovers(tmp_path) == []
 
 
@@ -428,3 +429,54 @@ def test_crlf_offsets_move_past_the_restored_carriage_returns():
     to_crlf = crlf_offsets(text)
     restored = text.replace("\n", "\r\n")
     assert [restored[to_crlf(a):to_crlf(b)] for a, b in [(0, 3), (3, 6), (2, 4)]] == ["ab\r\n", "cd\r\n", "\r\nc"]
+
+
+# --- answers that made no edit, in-process ---
+
+def answered(text: str, change: str) -> Result:
+    """A finished answer the engine found to make the change `change` (`Result.change`)."""
+    return Result(text, [], Stats(8, 4, 1.0, 10, 6, 4, 0.1), "eos", "smollm2-135m", "float32", change=change)
+
+
+def test_an_answer_that_is_the_text_as_it_was_is_not_written_in_place(tmp_path, capsys):
+    """Nothing to write, so nothing written (no backup either), said even with --quiet, and no failure."""
+    path = write(tmp_path / "code.py", CODE)
+    finish(read_source(str(path), None, None), answered(CODE, "none"), options(in_place=True, quiet=True),
+           streamed=False)
+    assert capsys.readouterr().err == f"{path}: no change made: the answer is the text as it was; nothing written\n"
+    assert path.read_text() == CODE and sorted(p.name for p in tmp_path.iterdir()) == ["code.py"]
+
+
+@pytest.mark.parametrize("change, text, said", [
+    ("comments", CODE.replace("\n", "  # sum\n", 1), "only comments changed"),
+    ("layout", CODE.replace("a, b", "a,b"), "only the layout changed (whitespace, line breaks or quotes)")])
+@pytest.mark.parametrize("flag", ["in_place", "output"])
+def test_an_answer_that_changed_only_layout_or_comments_is_written_and_said_to_make_no_change(tmp_path, capsys,
+                                                                                              change, text, said, flag):
+    """The text did change, and it is the model's answer (the instruction may have asked for just that): it is
+    written, and the command says it made no edit rather than a plain 'written to'."""
+    path = write(tmp_path / "code.py", CODE)
+    target = path if flag == "in_place" else tmp_path / "out.py"
+    args = options(**({"in_place": True} if flag == "in_place" else {"output": target}), quiet=True)
+    finish(read_source(str(path), None, None), answered(text, change), args, streamed=False)
+    assert capsys.readouterr().err == f"{path}: no change made: {said}; written to {target}\n"
+    assert target.read_text() == text
+
+
+@pytest.mark.parametrize("shown", ["diff", "json", "stdout"])
+def test_no_change_is_said_whatever_the_output_and_json_carries_change(tmp_path, capsys, shown):
+    path = write(tmp_path / "code.py", CODE)
+    finish(read_source(str(path), None, None), answered(CODE, "none"), options(**{shown: True} if shown != "stdout"
+                                                                                  else {}), streamed=False)
+    out, err = capsys.readouterr()
+    assert err == f"{path}: no change made: the answer is the text as it was\n"
+    assert out == {"diff": "", "stdout": CODE}.get(shown, out) and path.read_text() == CODE
+    if shown == "json":
+        assert json.loads(out)["change"] == "none"
+
+
+def test_an_edit_is_not_said_to_make_no_change(tmp_path, capsys):
+    path = write(tmp_path / "code.py", CODE)
+    finish(read_source(str(path), None, None), answered(CODE.replace("add", "plus"), "edit"),
+           options(in_place=True, quiet=False), streamed=False)
+    assert capsys.readouterr().err == f"{path}: written to {path}\n" and "plus" in path.read_text()

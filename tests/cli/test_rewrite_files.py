@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from assistant.cli import rewrite as rewrite_command
-from assistant.cli.rewrite import Refused, read_source, write_atomically
+from assistant.cli.rewrite import Refused, read_source, write_answer
 
 CODE = "def add(a, b):\n    return a + b\n"
 BOM = b"\xef\xbb\xbf"
@@ -63,7 +63,7 @@ def linked(tmp_path) -> tuple[Path, Path]:
 def test_a_hard_linked_file_is_written_in_place_so_every_name_sees_it(linked, backup):
     path, other = linked
     inode = path.stat().st_ino
-    assert write_atomically(path, b"new\n", read_source(str(path), None, None), backup=backup) == []
+    assert write_answer(path, b"new\n", read_source(str(path), None, None), backup=backup) == []
     assert other.read_bytes() == b"new\n" and path.stat().st_ino == inode and path.stat().st_nlink == 2
     assert (path.parent / "code.py~").exists() is backup and leftovers(path.parent) == []
     if backup:
@@ -79,5 +79,5 @@ def test_a_failed_write_over_a_hard_linked_file_says_where_its_old_text_is(linke
     monkeypatch.setattr(rewrite_command.os, "fsync", full)
     with pytest.raises(Refused, match=r"writing it in place failed \(No space left on device\); its old text is in "
                                       r".*\.code\.py\.original"):
-        write_atomically(path, b"new\n", source, backup=False)
+        write_answer(path, b"new\n", source, backup=False)
     assert (path.parent / ".code.py.original").read_text() == CODE
