@@ -497,7 +497,7 @@ SPAN = {"output": (int, int), "source?": {"start": int, "end": int}}
 STATS = {"new_tokens?": int, "steps?": int, "seconds?": float, "prompt_tokens?": int, "drafted?": int,
          "accepted?": int, "first_token_seconds?": float}
 EXTENSION = {"queued?": int, "repairing?": {"attempt": int, "problems": [PROBLEM]}, "spans?": [SPAN],
-             "step?": STATS, "totals?": STATS,  # a step's, and then the summary's of the last chunk:
+             "step?": STATS, "totals?": STATS,  # a step's chunk; then the last chunk's account of the answer:
              "stopped?": STOPPED, "stats?": STATS, "model?": str, "weights?": str, "pieces?": [(int, int)],
              "check?": {"problems": [PROBLEM], "ran": [str], "notes": [str]}, "text?": str, "change?": CHANGES,
              "repairs?": [{"attempt": int, "problems_before": [PROBLEM], "problems_after": [PROBLEM], "kept": bool,
@@ -516,10 +516,11 @@ def shaped(value, shape, where: str):
         expect(value, dict, where)
         for key, inner in shape.items():
             name = key.removesuffix("?")
+            path = f"{where}.{name}" if where else name
             if value.get(name) is not None:
-                shaped(value[name], inner, f"{where}.{name}" if where else name)
+                shaped(value[name], inner, path)
             elif not key.endswith("?"):
-                raise Malformed(f"{where}.{name} is missing")
+                raise Malformed(f"{path} is missing")
     elif isinstance(shape, list | tuple):
         expect(value, list, where)
         if isinstance(shape, tuple) and len(value) != len(shape):
@@ -553,7 +554,8 @@ def in_range(pair, limit: float, where: str) -> tuple[int, int]:
     """A checked [start, end] pair as a tuple, if 0 <= start <= end <= limit."""
     start, end = pair
     if not start <= end <= limit:
-        raise Malformed(f"{where} has the range [{start}, {end}], which is not inside [0, {limit}]")
+        inside = "" if limit == math.inf else f" inside [0, {limit}]"
+        raise Malformed(f"{where} has the range [{start}, {end}], which is not a range{inside}")
     return start, end
 
 

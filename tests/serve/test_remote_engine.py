@@ -340,9 +340,9 @@ NATIVE_LAST = NATIVE[-1]["assistant"]
      "assistant.spans[0].output is [1], not a list of 2"),
     (model_list("assistant"), stream([piece(NEW, assistant={"spans": [{"output": [0, 4], "source": {"start": 0,
                                                                                                  "end": 9999}}]})]),
-     f"assistant.spans (source) has the range [0, 9999], which is not inside [0, {len(DOC)}]"),
+     f"assistant.spans (source) has the range [0, 9999], which is not a range inside [0, {len(DOC)}]"),
     (model_list("assistant"), stream([piece(NEW, assistant={"spans": [{"output": [60, 999]}]})]),
-     f"assistant.spans has the range [60, 999], which is not inside [0, {len(NEW)}]"),
+     f"assistant.spans has the range [60, 999], which is not a range inside [0, {len(NEW)}]"),
     (model_list("assistant"), stream([NATIVE[1], piece(finish="stop", assistant=NATIVE_LAST | {"stats": [1]})]),
      "assistant.stats is [1], not an object"),
     (model_list("assistant"), stream([NATIVE[1], piece(finish="stop", assistant=NATIVE_LAST | {"check": {
