@@ -6,7 +6,7 @@ same bits whatever rows come with it. Where the kernels guarantee that for every
 (`alike`), forwards take any number of rows; where they do not (CUDA, and oneDNN's bfloat16 on CPU),
 every forward has a fixed shape (`fixed_shapes`): a step feeds `STEP_ROWS` rows, its tokens and then
 copies of the last, and a prompt goes in chunks of `PROMPT_ROWS` rows that start at multiples of it.
-`docs/exactness.md` has the measurements behind these rules.
+`docs/kernels.md` ("fixed shapes where rows are not alike") has the measurements behind these rules.
 """
 
 from __future__ import annotations
