@@ -17,6 +17,7 @@ import re
 import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from lsprotocol import types
 
@@ -119,7 +120,7 @@ class Rewrite:
         edits = ranges.changes(self.known, current)
         bounds = [self.start + part.start for part in self.view.parts] + [self.end]
         moved = [ranges.move(bound, edits, push=bound == self.start) for bound in bounds]
-        texts = [current[a:b] for (a, _), (b, _) in zip(moved, moved[1:])]
+        texts = [current[a:b] for (a, _), (b, _) in pairwise(moved)]
         if texts != [self.view.text[part.start:part.end] for part in self.view.parts]:
             self.typed = True
             self.diff, owed = self.diff.absorb(self.view, texts, [crossed for _, crossed in moved[1:-1]])
