@@ -17,7 +17,9 @@ decodes a pass in the model's turn (`_generate`, the loop of decoding/loop.py).
 A document (or selection) too long for one pass is split and rewritten piece by piece here
 (engine/long_documents.py), so every front door gets the same plan and the same output
 budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
-did not finish.
+did not finish. An edit that asks every definition of a Python text for a docstring or type
+hints is made one definition at a time (engine/definitions.py), its passes sharing the prompt
+prefix that shows the whole file; the Result's `definitions` says how each went.
 
 A finished answer is checked once for problems the edit introduced, in the request's `language`,
 and repaired with up to `repairs` further passes while problems remain (engine/repair.py): the
@@ -46,7 +48,7 @@ from assistant.decoding.draft_length import AdaptiveDraftLength
 from assistant.decoding.drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
 from assistant.decoding.loop import Sampling, decode, warm
 from assistant.decoding.prefix_cache import PrefixCache, common_prefix
-from assistant.engine import long_documents, repair
+from assistant.engine import definitions, long_documents, repair
 from assistant.engine.contract import (
     DEFAULT_REPAIRS,
     DEFAULT_STRATEGY,
@@ -61,7 +63,7 @@ from assistant.engine.contract import (
 from assistant.engine.events import Delta, Event, Queued, Result, Stats
 from assistant.engine.long_documents import answer_budget
 from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
-from assistant.engine.prompts import Prompt, Segment, build_prompt, edit_prompt, text_prompt
+from assistant.engine.prompts import Prompt, Segment, build_prompt, definition_prompt, edit_prompt, text_prompt
 from assistant.model import loading, tuning
 from assistant.model.exactness import fixed_shapes
 
@@ -292,8 +294,13 @@ class Assistant(Engine):
         return repair.checked(self, request, self.repairs if request.repairs is None else request.repairs, cancel)
 
     def answer(self, request: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """The answer to a checked request, unchecked: in one pass, or in pieces for a long text."""
+        """The answer to a checked request, unchecked: one pass per definition for an edit that asks each
+        definition of a Python text for something (engine/definitions.py), else in one pass, or in pieces for
+        a long text."""
         region = request.selection or (0, len(request.document))
+        by_definition = self._by_definition(request, region, cancel)
+        if by_definition is not None:
+            return by_definition
         pieces = long_documents.plan(request.document, region, context_length=self.loaded.context_length,
                                      count_tokens=self.count_tokens,
                                      prompt_tokens=lambda part: len(self._prompt(request, part).ids),
@@ -302,6 +309,29 @@ class Assistant(Engine):
             return self._pass(request, request.selection, cancel)
         return long_documents.rewrite(request.document, region, pieces,
                                       lambda part: self._pass(request, part, cancel), cancel)
+
+    def _by_definition(self, request: Request, region: tuple[int, int],
+                       cancel: threading.Event | None) -> Iterator[Event] | None:
+        """The answer made one definition at a time, or None where it is not made so: the plan says no, the
+        request has stop strings (one would cut a definition short), or the largest definition's prompt and
+        answer would not fit the context (the text is then planned as any other)."""
+        planned = None if request.stop else definitions.plan(request.document, region, request.instruction,
+                                                              request.language)
+        if planned is None:
+            return None
+        sizes = [self.count_tokens(request.document[slice(*part.span)]) for part in planned.parts]
+        if sizes:
+            largest = planned.parts[sizes.index(max(sizes))].span
+            wanted = request.max_new_tokens or answer_budget(max(sizes))
+            if len(self._definition_prompt(request, largest).ids) + wanted > self.loaded.context_length:
+                return None
+        return definitions.rewrite(request.document, region, planned,
+                                   lambda part: self._start(self._definition_prompt(request, part), request, part,
+                                                            cancel), cancel, (self.model, self.loaded.weights))
+
+    def _definition_prompt(self, request: Request, part: tuple[int, int]) -> Prompt:
+        return definition_prompt(self.loaded.tokenizer, request.instruction, request.document, part,
+                                 request.references)
 
     def _prompt(self, request: Request, part: tuple[int, int] | None) -> Prompt:
         return edit_prompt(self.loaded.tokenizer, request.instruction, request.document, part, request.references)
@@ -353,7 +383,7 @@ class Assistant(Engine):
                   max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
                   cancel: threading.Event | None) -> Generator[Event, None, None]:
         document = request.document
-        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence)
+        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence, target)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
         started = time.perf_counter()
@@ -402,7 +432,7 @@ class Assistant(Engine):
         that the bench compares another generator's output exactly."""
         ended = next((i for i, t in enumerate(tokens) if t in self.loaded.eos), None)
         tokens = tokens[:ended]
-        output = OutputText(self.loaded.tokenizer, document, fence=prompt.fence)
+        output = OutputText(self.loaded.tokenizer, document, fence=prompt.fence, target=target)
         output.add(tokens, [None] * len(tokens))
         output.finish()
         target_text = document[slice(*target)] if target else ""

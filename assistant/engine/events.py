@@ -94,6 +94,22 @@ class Repair:
 
 
 @dataclass(frozen=True)
+class Definitions:
+    """How an edit made definition by definition went (engine/definitions.py), by qualified name: the
+    definitions its passes changed, gave back unchanged, or failed (cut, or not a whole definition: left as
+    they were), and those skipped because they already had what was asked."""
+
+    edited: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    failed: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"edited": list(self.edited), "unchanged": list(self.unchanged), "failed": list(self.failed),
+                "skipped": list(self.skipped)}
+
+
+@dataclass(frozen=True)
 class Result:
     """The answer. `stats` covers every pass, repairs included (each Repair has its own); `check` is the
     check of the answer kept (None when the answer did not finish, so nothing was checked), its
@@ -114,6 +130,7 @@ class Result:
     repairs: tuple[Repair, ...] = ()
     check_seconds: float = 0.0
     change: str | None = None
+    definitions: Definitions | None = None  # set when the edit was made definition by definition
 
     @property
     def unchanged(self) -> bool:
@@ -142,7 +159,8 @@ class Result:
                 "stopped": self.stopped, "model": self.model, "weights": self.weights,
                 "problems": [problem_json(p, self.text) for p in self.problems],
                 "checks": {"ran": list(check.ran), "notes": list(check.notes), "seconds": round(self.check_seconds, 4)},
-                "repairs": [repair.to_json() for repair in self.repairs], "change": self.change}
+                "repairs": [repair.to_json() for repair in self.repairs], "change": self.change,
+                "definitions": self.definitions.to_json() if self.definitions else None}
 
 
 def problem_json(problem: Problem, text: str) -> dict:

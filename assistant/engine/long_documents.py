@@ -16,17 +16,20 @@ with output offsets in that new text and source offsets in the whole old documen
 Result for the region whose `stopped` is "length" or "cancelled" if any piece did not finish.
 Kept text comes as Deltas without new tokens whose span attributes it to its own place in the
 document (it is a verbatim copy); the stats count generated tokens only, and every Delta's
-running totals cover the pieces before it.
+running totals cover the pieces before it. `stitched` is that stitching alone, for any disjoint parts of
+a region: engine/definitions.py rewrites a file's definitions with it, each pass's answer judged before
+it is shown and the definition kept as it was where the answer is refused.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from contextlib import closing
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from assistant.engine.events import Delta, Event, Queued, Result, Stats
+from assistant.engine.events import Delta, Event, Result, Stats
 from assistant.engine.output import Span, merge_spans
 
 ANSWER_ROOM, ANSWER_EXTRA = 2, 64  # output budget: twice the text to rewrite, plus a little
@@ -111,54 +114,82 @@ def rewrite(document: str, region: Piece, pieces: list[Piece],
             one_pass: Callable[[Piece], Iterator[Event]], cancel: threading.Event | None) -> Iterator[Event]:
     """Rewrite `pieces` (from `plan`) of `region`, each with `one_pass`, keeping the seams, as one event stream
     whose output is the new `region`. A bad request raises RewriteError before anything is yielded."""
-    requests = []  # (where the kept text before the piece starts, that text, the piece's event stream)
-    at = region[0]
-    for piece in pieces:
-        start, end = core(document, piece)
-        if start == end:
-            continue  # whitespace only: kept as it is
-        requests.append((at, document[at:start], one_pass((start, end))))
-        at = end
-    return _stitch(requests, (at, document[at:region[1]]), cancel, pieces)
+    parts = [part for part in (core(document, piece) for piece in pieces) if part[0] < part[1]]  # whitespace: kept
+    passes = [(part, one_pass(part)) for part in parts]
+    return stitched(document, region, passes, cancel, pieces)
 
 
-def _stitch(requests, tail: tuple[int, str], cancel, pieces) -> Iterator[Event]:
-    text, shown, results = "", [], []
+def stitched(document: str, region: Piece, passes: Iterable[tuple[Piece, Iterator[Event]]],
+             cancel: threading.Event | None, pieces: list[Piece], take: Callable[[Piece, Result], bool] | None = None,
+             names: tuple[str, str] = ("", "")) -> Iterator[Event]:
+    """One event stream whose output is the new `region`: each pass's answer in place of its part (in order,
+    disjoint), the text between them kept. With `take`, a pass's Deltas are held until its Result, and a part
+    whose Result `take` refuses is kept as it was (that pass then counts as finished): no half-made part is
+    ever shown. `names`: the model and weights a Result names when no pass ran."""
+    stitch, at, cut = Stitch(document), region[0], False
+    for part, events in passes:
+        if at < part[0]:
+            yield stitch.keep(at, part[0])
+        yield from stitch.add(part, events, take, cancel)
+        at = part[1]
+        if cancel is not None and cancel.is_set():
+            cut = True
+            break
+    if not cut and at < region[1]:
+        yield stitch.keep(at, region[1])
+    model, weights = (stitch.results[0].model, stitch.results[0].weights) if stitch.results else names
+    yield Result(stitch.text, merge_spans(stitch.shown), stitch.totals(), stopped(stitch.reasons, cut), model, weights,
+                 stitch.shown, pieces)
 
-    def keep(start: int, kept: str) -> Delta:
-        """Kept text, attributed to where it stands in the document: it is a verbatim copy."""
-        nonlocal text
-        span = Span((len(text), len(text) + len(kept)), (start, start + len(kept)))
-        text += kept
-        shown.append(span)
-        return Delta(kept, [span], 0, 0, 0, 0.0, combined([r.stats for r in results]))
 
-    try:
-        for start, kept, events in requests:
-            if kept:
-                yield keep(start, kept)
-            base = len(text)
+class Stitch:
+    """The new region as it is made: its text, the spans of what it shows, and the passes' Results."""
+
+    def __init__(self, document: str):
+        self.document, self.text = document, ""
+        self.shown: list[Span] = []
+        self.results: list[Result] = []
+        self.reasons: list[str] = []  # why each pass stopped, as the region's answer counts it
+
+    def totals(self, *more: Stats) -> Stats:
+        return combined([r.stats for r in self.results] + list(more))
+
+    def keep(self, start: int, end: int) -> Delta:
+        """The document's text from `start` to `end`, attributed to where it stands: a verbatim copy."""
+        kept = self.document[start:end]
+        span = Span((len(self.text), len(self.text) + len(kept)), (start, end))
+        self.text += kept
+        self.shown.append(span)
+        return Delta(kept, [span], 0, 0, 0, 0.0, self.totals())
+
+    def put(self, event: Delta, base: int) -> Delta:
+        """A Delta of the pass whose answer starts at `base`, its spans (in that answer) shifted to the region."""
+        tokens = [shifted(span, base) for span in event.tokens]
+        self.shown += tokens
+        self.text += event.text
+        return replace(event, tokens=tokens, totals=self.totals(event.totals))
+
+    def add(self, part: Piece, events: Iterator[Event], take: Callable[[Piece, Result], bool] | None,
+            cancel: threading.Event | None) -> Iterator[Event]:
+        """A pass's events for `part`: as they come, or, with `take`, its Deltas held until `take` judges."""
+        held, result, base = [], None, len(self.text)
+        with closing(events):
             for event in events:
-                if isinstance(event, Queued):
-                    yield event
+                if isinstance(event, Result):
+                    result = event
                 elif isinstance(event, Delta):
-                    tokens = [shifted(span, base) for span in event.tokens]
-                    shown += tokens
-                    text += event.text
-                    yield replace(event, tokens=tokens, totals=combined([r.stats for r in results] + [event.totals]))
+                    if take is None:
+                        yield self.put(event, base)
+                    else:
+                        held.append(event)
                 else:
-                    results.append(event)
-            if cancel is not None and cancel.is_set():
-                break
-        else:
-            if tail[1]:
-                yield keep(*tail)
-    finally:
-        for _, _, events in requests:
-            events.close()
-    model, weights = (results[0].model, results[0].weights) if results else ("", "")
-    yield Result(text, merge_spans(shown), combined([r.stats for r in results]), stopped(results, len(requests)),
-                 model, weights, shown, pieces)
+                    yield event
+        cancelled = cancel is not None and cancel.is_set()
+        taken = take is None or cancelled or (result is not None and take(part, result))
+        yield from [self.put(event, base) for event in held] if taken else [self.keep(*part)]
+        if result is not None:
+            self.results.append(result)
+            self.reasons.append(result.stopped if taken else "eos")
 
 
 def shifted(span: Span, by: int) -> Span:
@@ -172,9 +203,9 @@ def combined(parts: list[Stats]) -> Stats:
                  total("accepted"), parts[0].first_token_seconds if parts else 0.0)
 
 
-def stopped(results: list[Result], expected: int) -> str:
-    """The most telling reason among the pieces': a cancel or a cut beats a natural end."""
-    reasons = {result.stopped for result in results}
-    if "cancelled" in reasons or len(results) < expected:
+def stopped(reasons: list[str], cut: bool) -> str:
+    """The most telling reason among the passes' (`cut`: the stream ended before its end): a cancel or a cut
+    beats a natural end."""
+    if "cancelled" in reasons or cut:
         return "cancelled"
     return "length" if "length" in reasons else ("stop" if "stop" in reasons else "eos")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from assistant.engine.selection import Copies
+
 
 @dataclass(frozen=True)
 class Span:
@@ -54,11 +56,16 @@ class OutputText:
     """Collects tokens with their document spans; yields what may be shown so far.
 
     The answer ends at a stop string or, when the prompt opened the answer with a code `fence`,
-    at the line that closes it; the newline before that line belongs to the fence.
+    at the line that closes it; the newline before that line belongs to the fence. An answer to the
+    `target` range of the document ends where it starts copying the text after that range, and starts
+    after a copy of the text before it (engine/selection.py).
     """
 
-    def __init__(self, tokenizer, document: str, stop: tuple[str, ...] = (), fence: str | None = None):
+    def __init__(self, tokenizer, document: str, stop: tuple[str, ...] = (), fence: str | None = None,
+                 target: tuple[int, int] | None = None):
         self.detokenizer, self.document = Detokenizer(tokenizer), document
+        self.copies = Copies(document, target) if target else None
+        self.skip = 0 if target is None else None  # raw characters copied from before the target (None: undecided)
         self.stop = tuple(marker for marker in stop if marker)
         self.fence = fence
         self.raw = ""
@@ -71,7 +78,7 @@ class OutputText:
     @property
     def text(self) -> str:
         """Everything shown so far."""
-        return self.raw[:self.shown]
+        return self.raw[self.skip or 0:self.shown]
 
     def add(self, tokens: list[int], sources: list[tuple[int, int] | None]) -> tuple[str, list[Span]]:
         for token, source in zip(tokens, sources):
@@ -87,13 +94,17 @@ class OutputText:
         ends = [(at, "stop", at + len(marker)) for marker in self.stop if (at := self.raw.find(marker)) >= 0]
         if self.fence and (close := closing_fence(self.raw, self.fence)):
             ends.append((close[0], "eos", close[1]))
+        if self.copies and (copied := self.copies.end(self.raw)):
+            ends.append((copied[0], "eos", copied[1]))
         if ends:
             end, self.ended, seen = min(ends)
             self.tokens = sum(start < seen for start, _, _ in self.pieces)
-            return self._reveal(end)
+            return self._reveal(end, final=True)
         hold = held_back(self.raw, list(self.stop))
         if self.fence:
             hold = max(hold, unclosed_tail(self.raw, self.fence))
+        if self.copies:
+            hold = max(hold, self.copies.held(self.raw))
         return self._reveal(len(self.raw) - hold)
 
     def finish(self) -> tuple[str, list[Span]]:
@@ -101,9 +112,15 @@ class OutputText:
         if self.ended:
             return "", []
         close = closing_fence(self.raw + "\n", self.fence) if self.fence else None
-        return self._reveal(close[0] if close else len(self.raw))
+        return self._reveal(close[0] if close else len(self.raw), final=True)
 
-    def _reveal(self, end: int) -> tuple[str, list[Span]]:
+    def _reveal(self, end: int, final: bool = False) -> tuple[str, list[Span]]:
+        """Show the raw text up to `end`, from where the answer starts (once that is decided, or `final`)."""
+        if self.skip is None:
+            self.skip = self.copies.start(self.raw, final)
+            if self.skip is None:
+                return "", []
+            self.shown = self.skip
         if end <= self.shown:
             return "", []
         text = self.raw[self.shown:end]
@@ -114,8 +131,9 @@ class OutputText:
             if stop > end:
                 break
             self.shown_pieces += 1
-            if stop > start:
-                spans.append(Span((start, stop), source))
+            if stop > max(start, self.skip):
+                cut = max(0, self.skip - start)  # a token across the copy's end: only its part after it
+                spans.append(Span((start + cut - self.skip, stop - self.skip), source and (source[0] + cut, source[1])))
         return text, spans
 
 

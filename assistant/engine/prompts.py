@@ -58,9 +58,7 @@ def edit_segments(instruction: str, document: str, selection: tuple[int, int] | 
     start, end = selection or (0, len(document))
     before_start, after_end = max(0, start - CONTEXT_CHARS), min(len(document), end + CONTEXT_CHARS)
     fence = fence_for(document[before_start:after_end], *references)
-    segments = []
-    for reference in references:
-        segments += [Segment("Related file, for reference only:\n"), *fenced(reference, None, fence), Segment("\n\n")]
+    segments = referenced(references, fence)
     if selection is None:
         return segments + [*fenced(document, 0, fence), Segment("\n\n" + instruction.strip())], fence
     if before_start < start:
@@ -73,10 +71,39 @@ def edit_segments(instruction: str, document: str, selection: tuple[int, int] | 
                        Segment("\n\n" + instruction.strip() + "\nReply with the new version of that part alone.")], fence
 
 
+def referenced(references: tuple[str, ...], fence: str) -> list[Segment]:
+    """The related files, each fenced and said to be for reference only."""
+    segments = []
+    for reference in references:
+        segments += [Segment("Related file, for reference only:\n"), *fenced(reference, None, fence), Segment("\n\n")]
+    return segments
+
+
+def definition_segments(instruction: str, document: str, part: tuple[int, int],
+                        references: tuple[str, ...] = ()) -> tuple[list[Segment], str]:
+    """The user message of one pass of an edit made definition by definition (engine/definitions.py), and the
+    fence its answer opens: the references and the whole document first, exactly as a whole-document edit
+    shows them, so that every pass over the same document shares that prompt prefix (prefilled once, then
+    reused from the prefix cache, or warmed while the buffer was idle); then the part, then the instruction."""
+    fence = fence_for(document, *references)
+    start, end = part
+    return [*referenced(references, fence), *fenced(document, 0, fence),
+            Segment("\n\nThat is the whole file, for context only. The part of it to rewrite:\n"),
+            *fenced(document[start:end], start, fence),
+            Segment("\n\n" + instruction.strip() + "\nReply with the new version of that part alone.")], fence
+
+
 def edit_prompt(tokenizer, instruction: str, document: str, selection: tuple[int, int] | None = None,
                 references: tuple[str, ...] = ()) -> Prompt:
     """The prompt that asks for `document` (or its `selection`) rewritten as `instruction` says."""
     segments, fence = edit_segments(instruction, document, selection, references)
+    return build_prompt(tokenizer, segments, fence=fence)
+
+
+def definition_prompt(tokenizer, instruction: str, document: str, part: tuple[int, int],
+                      references: tuple[str, ...] = ()) -> Prompt:
+    """The prompt that asks for the definition at `part` of `document` rewritten as `instruction` says."""
+    segments, fence = definition_segments(instruction, document, part, references)
     return build_prompt(tokenizer, segments, fence=fence)
 
 

@@ -1,0 +1,41 @@
+"""Whether a Python definition already has what a documenting or annotating edit asks of it: a docstring,
+complete type hints. The engine skips definitions that have it, and a measure of how much of such an
+edit was done reads the same rules.
+
+A function's annotations are complete when every parameter (`*args` and `**kwargs` included) but a first
+positional `self` or `cls` is annotated, and so is its return (`-> None` too: a missing return hint is
+not complete). A definition has what was asked only when every definition nested in it has it too, since
+an edit of the definition is an edit of what it nests.
+"""
+
+from __future__ import annotations
+
+import ast
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+METHOD_FIRST = ("self", "cls")
+DOCSTRING, ANNOTATIONS = "docstring", "annotations"
+
+
+def annotated(function: Function) -> bool:
+    """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
+    arguments = function.args
+    positional = arguments.posonlyargs + arguments.args
+    if positional and positional[0].arg in METHOD_FIRST:
+        positional = positional[1:]
+    rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return function.returns is not None and all(a.annotation is not None
+                                                for a in positional + arguments.kwonlyargs + rest)
+
+
+def has(node: Definition, wanted: frozenset[str]) -> bool:
+    """Whether `node` itself has each of `wanted` (DOCSTRING, ANNOTATIONS; a class needs no annotations)."""
+    if DOCSTRING in wanted and ast.get_docstring(node) is None:
+        return False
+    return ANNOTATIONS not in wanted or isinstance(node, ast.ClassDef) or annotated(node)
+
+
+def complete(node: Definition, wanted: frozenset[str]) -> bool:
+    """Whether `node` and every definition nested in it, at any depth, has each of `wanted`."""
+    return all(has(inner, wanted) for inner in ast.walk(node) if isinstance(inner, Definition))

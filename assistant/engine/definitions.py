@@ -1,0 +1,182 @@
+"""Edits that apply across a Python file, made definition by definition.
+
+Asked of a whole standard-library module to "Add a docstring to every function that lacks one.", the
+1.5B model gave the module back unchanged 8 times in 8 (issue 42): one pass over a long text mostly
+copies it. So an instruction that asks each definition for a docstring or type hints (`asked`), of a
+region of Python that parses and holds at least two definitions, is carried out with one selection
+pass per definition (`plan`): each function and method, and each class's header (its lines before its
+first method) when classes are asked too. Every pass's prompt shows the whole file, read-only, before
+the definition and the instruction (`prompts.definition_prompt`), so all passes share that prefix and
+the prefix cache prefills the file once. Definitions that already have what was asked are skipped.
+
+The passes stream as one answer to the region (`long_documents.stitched`), the text between the
+definitions kept verbatim. A pass's answer is shown only once it is judged (`whole`): it finished, and in
+place of its definition the file still parses with the same definitions; otherwise the definition stays
+as it was, and the Result's `definitions` names it as failed. Nothing else changes: each pass is an
+ordinary generation, a cancel ends the whole answer, and the answer is checked and repaired as a whole.
+
+Conservative by design: comments, the module's own docstring, an instruction that names one of the
+region's definitions, or one that asks to change what exists ("improve the docstrings") get the single
+pass they got before, and so does a file that does not parse.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, has
+from assistant.checks.instructions import preserving
+from assistant.checks.positions import LineIndex
+from assistant.engine.events import Definitions, Event, Result
+from assistant.engine.long_documents import Piece, stitched
+
+_DOCSTRINGS = re.compile(r"\bdoc[- ]?strings?\b|\bdocument(?:s|ed|ing)?\b|\bdocumentation\b")
+_EACH = re.compile(r"\b(?:every|each|all|any|everywhere|throughout|missing|lack\w*|without)\b"
+                   r"|\b(?:doc[- ]?strings|hints|annotations|functions|methods|classes|signatures)\b")
+_EXISTING = re.compile(r"\b(?:improv|shorten|clarif|reword|expand|tid|clean|polish|translat|correct|updat|edit|revis"
+                       r"|rephras|proofread|spell|grammar|typo|better|consisten|standardi|format|existing|current)\w*")
+_MODULE = re.compile(r"\b(?:module|file|package)(?:[- ]level)?\s+doc|\bdoc\w*\s+(?:to|for|of|on|at)\s+(?:the\s+|this\s+)?"
+                     r"(?:module|file|package|top)\b")
+_CLASSES = re.compile(r"\bclass(?:es)?\b")
+_FUNCTIONS = re.compile(r"\b(?:functions?|methods?|def)\b")
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A definition to rewrite alone: its qualified name and its document range, from the start of its first
+    line (indentation and decorators included) to the end of its last non-blank character."""
+
+    name: str
+    span: Piece
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The definitions of a region to rewrite one pass each, in order, and those skipped (already done)."""
+
+    parts: tuple[Part, ...]
+    skipped: tuple[str, ...]
+
+
+def asked(instruction: str) -> tuple[frozenset[str], bool] | None:
+    """What an instruction asks of each definition (DOCSTRING, ANNOTATIONS) and whether classes are asked too,
+    or None unless it asks only to add docstrings or type hints across a text (every, each, all, plurals)."""
+    kind, said = preserving(instruction), instruction.lower()
+    wanted = frozenset({DOCSTRING} if _DOCSTRINGS.search(said) else ()) | (
+        frozenset({ANNOTATIONS}) if kind == "annotations" else frozenset())
+    if kind is None or not wanted or not _EACH.search(said) or _EXISTING.search(said) or _MODULE.search(said):
+        return None
+    classes = DOCSTRING in wanted and (bool(_CLASSES.search(said)) or not _FUNCTIONS.search(said))
+    return wanted, classes
+
+
+def plan(document: str, region: Piece, instruction: str, language: str | None) -> Plan | None:
+    """The definitions of `region` to rewrite one pass each, or None where the edit is not made that way: the
+    instruction does not qualify (`asked`), the language is not Python, the document does not parse, a
+    definition straddles the region's edge or the region holds fewer than two definitions."""
+    wants = asked(instruction) if language == "python" else None
+    tree = parsed(document) if wants is not None else None
+    if tree is None:
+        return None
+    wanted, classes = wants
+    index = LineIndex(document)
+    found = list(units(tree.body, index, classes))
+    inside = [(part, node) for part, node in found if region[0] <= part.span[0] and part.span[1] <= region[1]]
+    touching = [part for part, _ in found if part.span[0] < region[1] and region[0] < part.span[1]]
+    if len(touching) > len(inside) or len(inside) < 2 or names_one(instruction, tree, index, region):
+        return None
+    done = [has(node, wanted) if isinstance(node, ast.ClassDef) else complete(node, wanted) for _, node in inside]
+    return Plan(tuple(part for (part, _), skip in zip(inside, done) if not skip),
+                tuple(part.name for (part, _), skip in zip(inside, done) if skip))
+
+
+def names_one(instruction: str, tree: ast.Module, index: LineIndex, region: Piece) -> bool:
+    """Whether the instruction names a definition that starts in `region` (it may be about that one alone)."""
+    named = {node.name for node in ast.walk(tree)
+             if isinstance(node, DEFINITIONS) and region[0] <= index.starts[node.lineno - 1] < region[1]}
+    return any(re.search(rf"(?<![\w.]){re.escape(name)}\b", instruction) for name in named)
+
+
+def parsed(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def units(body: list[ast.stmt], index: LineIndex, classes: bool, prefix: str = "") -> Iterator[tuple[Part, ast.AST]]:
+    """The parts of a module's or class's body, in order: each function; each class's header when `classes`
+    (the whole class when it has no definitions inside); the parts of each class's body."""
+    for node in body:
+        if not isinstance(node, DEFINITIONS):
+            continue
+        start = index.starts[min(d.lineno for d in [node, *node.decorator_list]) - 1]
+        name = prefix + node.name
+        inner = [n for n in node.body if isinstance(n, DEFINITIONS)] if isinstance(node, ast.ClassDef) else []
+        if not inner:
+            if classes or not isinstance(node, ast.ClassDef):
+                yield Part(name, (start, line_end(index, node.end_lineno))), node
+            continue
+        if classes:
+            first = min(d.lineno for d in [inner[0], *inner[0].decorator_list])
+            yield Part(name, (start, last_text(index, node.lineno, first - 1))), node
+        yield from units(node.body, index, classes, name + ".")
+
+
+def line_end(index: LineIndex, row: int) -> int:
+    """The offset of the end of a 1-based row's text (before its line break)."""
+    return index.starts[row - 1] + len(index.line(row - 1))
+
+
+def last_text(index: LineIndex, first: int, last: int) -> int:
+    """The end of the last non-blank row from `first` to `last` (1-based, inclusive; `first` is not blank)."""
+    while last > first and not index.line(last - 1).strip():
+        last -= 1
+    return line_end(index, last)
+
+
+def whole(document: str, definitions: list[str], part: Piece, result: Result) -> bool:
+    """Whether a pass's answer may stand for its definition: it finished, and in its place the document still
+    parses with the same `definitions` (the document's, by qualified name, in order)."""
+    if not result.finished:
+        return False
+    after = parsed(document[:part[0]] + result.text + document[part[1]:])
+    return after is not None and qualified_names(after) == definitions
+
+
+def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:
+    """Every definition's qualified name, at any depth, in order."""
+    found = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, DEFINITIONS):
+            found += [prefix + node.name, *qualified_names(node, prefix + node.name + ".")]
+        else:
+            found += qualified_names(node, prefix)
+    return found
+
+
+def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Piece], Iterator[Event]],
+            cancel: threading.Event | None, names: tuple[str, str]) -> Iterator[Event]:
+    """The answer to the region, each planned definition rewritten by `one_pass` (started as it is reached),
+    with the Result's `definitions` saying which were edited, left unchanged, failed or skipped. `names`: the
+    model and weights, for a Result with no pass."""
+    by_span = {part.span: part.name for part in planned.parts}
+    before = qualified_names(parsed(document))
+    outcome: dict[str, list[str]] = {"edited": [], "unchanged": [], "failed": []}
+
+    def take(part: Piece, result: Result) -> bool:
+        kept = whole(document, before, part, result)
+        same = result.text == document[part[0]:part[1]]
+        outcome["failed" if not kept else "unchanged" if same else "edited"].append(by_span[part])
+        return kept
+
+    passes = ((part.span, one_pass(part.span)) for part in planned.parts)
+    for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
+        if isinstance(event, Result):
+            event = replace(event, definitions=Definitions(*(tuple(outcome[k]) for k in outcome), planned.skipped))
+        yield event

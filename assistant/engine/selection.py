@@ -1,0 +1,89 @@
+"""Where an answer to a selection ends: before it starts copying the text after the selection, and after a
+copy of the text before the selection it began with.
+
+Asked to add a docstring to lines 301-318 of shlex.py, the 1.5B model answered with the selection and then
+a copy of the rest of the file, which the editor would have inserted after the selection: a duplicate of
+everything below it. Models also begin an answer with the lines above the selection. Both copies are of
+the document's own text, so they are recognised exactly: the text after the selection, from its first
+non-blank line on, for at least MIN_LINES non-blank lines and MIN_CHARS non-blank characters (whole lines,
+starting a line of the answer that is not its first); the text before the selection, from the start of
+some line to the selection, as much of it (at least as much) at the very start of the answer. The answer
+then ends where the copy after begins (as at its closing fence), the blank lines that lead to that copy in
+the document going with it, and starts where the copy before ends. Shorter matches are never cut: they
+can be the answer's own.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIN_LINES, MIN_CHARS = 2, 40
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
+_BREAK = re.compile("\n")
+
+
+def substantial(text: str) -> bool:
+    """Whether `text` holds at least MIN_LINES non-blank lines and MIN_CHARS non-blank characters."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return len(lines) >= MIN_LINES and sum(len(line.strip()) for line in lines) >= MIN_CHARS
+
+
+class Copies:
+    """The copies of the document around a selection `target` that an answer to it may make. `start` is asked
+    of an answer as it grows, until it decides."""
+
+    def __init__(self, document: str, target: tuple[int, int]):
+        start, end = target
+        after = end if document[end - 1] == "\n" else document.find("\n", end) + 1  # 0: no line after
+        blank = re.compile(r"(?:[ \t]*\n)*").match(document, after).end() if after else end
+        self.lead = document[end:blank] if not document[end:blank].strip() else ""
+        self.after = first_lines(document[blank:]) if after else ""
+        self.document, self.selection_start = document, start
+        self.pending = copies_before(document, start)  # line starts whose text up to the selection may be copied
+
+    def end(self, raw: str) -> tuple[int, int] | None:
+        """(where the answer ends, where the copy that says so ends) once `raw` holds a copy of the text after
+        the selection at the start of a line but its first, or None."""
+        at = raw.find("\n" + self.after) if self.after else -1
+        if at < 0:
+            return None
+        cut = at + 1 - (len(self.lead) if raw.endswith(self.lead, 0, at + 1) else 0)
+        return cut, at + 1 + len(self.after)
+
+    def held(self, raw: str) -> int:
+        """How many of the last characters of `raw` could still become that copy, or the blank lines that
+        lead to it."""
+        longest, at = 0, len(raw)
+        while self.after and (at := raw.rfind("\n", 0, at)) >= 0 and len(raw) - at - 1 < len(self.after):
+            if self.after.startswith(raw[at + 1:]):
+                longest = len(raw) - at - 1 + (len(self.lead) if raw.endswith(self.lead, 0, at + 1) else 0)
+        return longest
+
+    def start(self, raw: str, finished: bool = False) -> int | None:
+        """How many characters at the start of `raw` are a copy of the text before the selection (the longest
+        such copy), or None while `raw` could still become a longer one (unless `finished`)."""
+        document, start = self.document, self.selection_start
+        self.pending = [x for x in self.pending if document.startswith(raw[:start - x], x)]
+        if not finished and any(start - x > len(raw) for x in self.pending):
+            return None
+        return max((start - x for x in self.pending if start - x <= len(raw)), default=0)
+
+
+def first_lines(text: str) -> str:
+    """The first whole lines of `text` that are substantial, or "" when all of it is not."""
+    taken = ""
+    for match in _LINE.finditer(text):
+        taken += match.group()
+        if substantial(taken) and taken.endswith("\n"):
+            return taken
+    return ""
+
+
+def copies_before(document: str, start: int) -> list[int]:
+    """The starts of the lines before `start` whose text up to `start` is substantial: a line start and all
+    those before it, once one is."""
+    starts = [0, *(match.end() for match in _BREAK.finditer(document, 0, start))]
+    for index in range(len(starts) - 1, -1, -1):
+        if substantial(document[starts[index]:start]):
+            return starts[:index + 1]
+    return []

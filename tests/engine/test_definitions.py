@@ -1,0 +1,211 @@
+"""Edits made definition by definition (engine/definitions.py): which instructions qualify, the plan (the
+definitions found, those done skipped, what falls back to one pass), and the stitching (gaps kept, a failed
+pass's definition left as it was, one stream). No model: passes are scripted."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING
+from assistant.engine.definitions import asked, plan, rewrite
+from assistant.engine.events import Delta, Result, Stats
+from assistant.engine.output import Span
+
+MODULE = '''"""A module."""
+
+import math
+
+RATE = 2
+
+
+def area(r):
+    return math.pi * r * r
+
+
+@staticmethod
+def documented(x: int) -> int:
+    """Already documented."""
+    return x
+
+
+class Shape:
+    sides = 0
+
+    def __init__(self, name):
+        self.name = name
+
+    def grow(self, by: float) -> None:
+        """Grow."""
+        def inner(y):
+            return y
+        self.by = inner(by)
+
+
+def typed(a: int, *rest: str) -> bool:
+    return bool(a)
+'''
+
+
+def names(found):
+    return None if found is None else ([part.name for part in found.parts], list(found.skipped))
+
+
+@pytest.mark.parametrize("instruction, wanted", [
+    ("Add a docstring to every function that lacks one.", ({DOCSTRING}, False)),
+    ("Add docstrings.", ({DOCSTRING}, True)),
+    ("Add docstrings to all functions and classes.", ({DOCSTRING}, True)),
+    ("Document each method.", ({DOCSTRING}, False)),
+    ("Add type hints to every function.", ({ANNOTATIONS}, False)),
+    ("type hints everywhere", ({ANNOTATIONS}, False)),
+    ("Add type hints.", ({ANNOTATIONS}, False)),
+    ("Add type hints and docstrings to all functions.", ({ANNOTATIONS, DOCSTRING}, False)),
+])
+def test_instructions_that_ask_each_definition_qualify(instruction, wanted):
+    kinds, classes = asked(instruction)
+    assert (set(kinds), classes) == wanted
+
+
+@pytest.mark.parametrize("instruction", [
+    "Add a docstring.",  # one: which, is not said
+    "Add a module docstring.",
+    "Add a docstring to the module and every function.",  # the module's is in no definition
+    "Improve the docstrings.",  # changes what exists: every definition would be skipped
+    "Shorten every docstring.",
+    "Add comments to every function.",  # nothing to tell a done definition by
+    "Add logging to each method.",  # changes code, and needs an import outside any definition
+    "Add docstrings and fix the bug.",
+    "Rewrite every function.",
+])
+def test_other_instructions_do_not_qualify(instruction):
+    assert asked(instruction) is None
+
+
+def test_the_plan_finds_functions_methods_and_class_headers_and_skips_the_done():
+    found = plan(MODULE, (0, len(MODULE)), "Add docstrings.", "python")
+    assert names(found) == (["area", "Shape", "Shape.__init__", "Shape.grow", "typed"], ["documented"])
+    spans = {part.name: MODULE[slice(*part.span)] for part in found.parts}
+    assert spans["Shape"] == "class Shape:\n    sides = 0"  # the header: up to its first method
+    assert spans["Shape.__init__"] == "    def __init__(self, name):\n        self.name = name"  # indentation in
+    assert spans["area"].startswith("def area(r):") and spans["area"].endswith("r * r")
+
+
+def test_a_done_definition_needs_every_definition_it_nests_done():
+    """`Shape.grow` has a docstring, but its nested `inner` has none: it is rewritten, inner and all."""
+    found = plan(MODULE, (0, len(MODULE)), "Add a docstring to every function.", "python")
+    assert names(found) == (["area", "Shape.__init__", "Shape.grow", "typed"], ["documented"])
+
+
+def test_type_hints_skip_the_functions_annotated_in_full():
+    found = plan(MODULE, (0, len(MODULE)), "Add type hints to every function.", "python")
+    assert names(found) == (["area", "Shape.__init__", "Shape.grow"], ["documented", "typed"])
+
+
+def test_decorators_belong_to_their_definition():
+    found = plan(MODULE, (0, len(MODULE)), "Add type hints and docstrings to all functions.", "python")
+    documented = MODULE.index("@staticmethod")
+    assert any(part.span[0] == documented for part in found.parts) is False  # done, so skipped
+    decorated = MODULE.replace('    """Already documented."""\n', "")
+    found = plan(decorated, (0, len(decorated)), "Add docstrings to all functions.", "python")
+    assert decorated[slice(*found.parts[1].span)].startswith("@staticmethod\ndef documented")
+
+
+@pytest.mark.parametrize("document, region, language", [
+    (MODULE, None, "markdown"),  # not Python
+    (MODULE, None, None),  # language unknown
+    (MODULE.replace("def area(r):", "def area(r)"), None, "python"),  # does not parse
+    (MODULE, (MODULE.index("def area"), MODULE.index("@static")), "python"),  # one definition
+    (MODULE, (MODULE.index("def area"), MODULE.index("class Shape") + 5), "python"),  # cuts a definition
+])
+def test_what_falls_back_to_one_pass(document, region, language):
+    assert plan(document, region or (0, len(document)), "Add docstrings.", language) is None
+
+
+def test_an_instruction_naming_a_definition_falls_back():
+    assert plan(MODULE, (0, len(MODULE)), "Add docstrings to the methods of Shape.", "python") is None
+
+
+def test_a_selection_of_two_definitions_is_planned_alone():
+    region = (MODULE.index("def area"), MODULE.index("class Shape"))
+    assert names(plan(MODULE, region, "Add docstrings.", "python")) == (["area"], ["documented"])
+
+
+# --- stitching, with scripted passes ------------------------------------------------------------------------
+
+def scripted(answers: dict[str, tuple[str, str]], document: str, found):
+    """A pass per part that answers `answers[name]`: (text, how it stopped); the text streams in two Deltas, each
+    attributed to the part when it is the part's own text (offsets in the pass's answer, as a pass gives them)."""
+    by_span = {part.span: part.name for part in found.parts}
+
+    def one_pass(part):
+        text, stopped = answers.get(by_span[part], (document[slice(*part)], "eos"))
+        stats = Stats(len(text), 2, 0.5, 100, 0, 0, 0.1)
+        half = len(text) // 2
+        copied = text == document[slice(*part)]
+        for a, b in ((0, half), (half, len(text))):
+            yield Delta(text[a:b], [Span((a, b), (part[0] + a, part[0] + b) if copied else None)], 1, 0, 0, 0.25, stats)
+        yield Result(text, [], stats, stopped, "model", "weights")
+    return one_pass
+
+
+def run(answers, document=MODULE, instruction="Add docstrings.", cancel=None):
+    found = plan(document, (0, len(document)), instruction, "python")
+    events = list(rewrite(document, (0, len(document)), found, scripted(answers, document, found), cancel,
+                          ("model", "weights")))
+    return events, found
+
+
+def test_the_answer_keeps_the_text_between_definitions_verbatim():
+    area = 'def area(r):\n    """The area."""\n    return math.pi * r * r'
+    events, found = run({"area": (area, "eos")})
+    result = events[-1]
+    assert result.text == MODULE.replace("def area(r):\n    return math.pi * r * r", area)
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == result.text
+    assert result.finished and result.pieces == [part.span for part in found.parts]
+    assert result.definitions.edited == ("area",) and result.definitions.skipped == ("documented",)
+    assert set(result.definitions.unchanged) == {"Shape", "Shape.__init__", "Shape.grow", "typed"}
+    assert all(result.text[slice(*span.output)] == MODULE[slice(*span.source)] for span in result.token_spans
+               if span.source)
+    assert result.copied_share > 0.8  # kept text and the passes' copies alike
+    assert result.stats.new_tokens == sum(len(MODULE[slice(*p.span)]) for p in found.parts) - len(
+        MODULE[slice(*found.parts[0].span)]) + len(area)
+
+
+@pytest.mark.parametrize("answer", [
+    ('def area(r):\n    """The area."""\n    return math.pi', "length"),  # cut at the token limit
+    ('def area(r):\n    """The area.\n    return math.pi * r * r', "eos"),  # does not parse in place
+    ('def square(r):\n    """The area."""\n    return r * r', "eos"),  # not the same definition
+    ('def area(r):\n    return r\n\n\ndef extra():\n    pass', "eos"),  # a definition more
+])
+def test_a_failed_pass_leaves_its_definition_as_it_was(answer):
+    events, _ = run({"area": answer, "typed": ('def typed(a: int, *rest: str) -> bool:\n    """T."""\n'
+                                                 '    return bool(a)', "eos")})
+    result = events[-1]
+    assert "def area(r):\n    return math.pi * r * r" in result.text and '"""The area.' not in result.text
+    assert '"""T."""' in result.text  # the other passes still count
+    assert result.definitions.failed == ("area",) and result.definitions.edited == ("typed",)
+    assert result.finished and "".join(e.text for e in events if isinstance(e, Delta)) == result.text
+    assert answer[0] not in "".join(e.text for e in events if isinstance(e, Delta))  # never shown
+
+
+def test_a_cancel_ends_the_whole_answer():
+    cancel = threading.Event()
+    cancel.set()
+    events, found = run({}, cancel=cancel)
+    result = events[-1]
+    assert result.stopped == "cancelled" and not result.finished
+    assert len([e for e in events if isinstance(e, Result)]) == 1
+
+
+def test_with_every_definition_done_no_pass_runs():
+    document = MODULE.replace("def area(r):\n", 'def area(r):\n    """A."""\n')
+    events, found = run({}, document, "Add a docstring to every function that lacks one.")
+    found_names = [part.name for part in found.parts]
+    assert "area" not in found_names
+    done = '"""Done."""\n'
+    document = ('def first():\n    ' + done + '\n\ndef second():\n    ' + done)
+    events, found = run({}, document, "Add a docstring to every function that lacks one.")
+    result = events[-1]
+    assert found.parts == () and result.text == document and result.finished and result.model == "model"
+    assert result.definitions.skipped == ("first", "second")
