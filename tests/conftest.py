@@ -75,11 +75,11 @@ def packed_smollm2(kind: str, caplog):
 
     from assistant.model import loading, weights
 
-    folder, _, _ = loading.resolve("smollm2-135m")
+    folder, _, _ = loading.resolve("smollm2-135m", settings().cache)
     reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with caplog.at_level(logging.INFO, logger="assistant"):
-        weights.pack(model, kind, gguf=loading.gguf_file("smollm2-135m"))
+        weights.pack(model, kind, gguf=loading.gguf_file("smollm2-135m", settings().cache))
     return reference, model
 
 
@@ -170,7 +170,7 @@ def vllm(tmp_path_factory):
     converted model folder; yields its URL. Minutes to start on 2 cores."""
     if not VLLM.exists():
         pytest.skip("no .venv-vllm: run scripts/setup-vllm")
-    folder, _, _ = loading.resolve("smollm2-135m")
+    folder, _, _ = loading.resolve("smollm2-135m", settings().cache)
     port = free_port()
     with server_process(vllm_command(folder, port), port, tmp_path_factory.mktemp("vllm") / "server.log", "vLLM",
                         1800) as url:

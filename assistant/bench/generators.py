@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from assistant import DEFAULT_STRATEGY, Delta, Result, result_of
+from assistant import DEFAULT_STRATEGY, Delta, Result, config, result_of
 from assistant.bench import canitedit, data, step_costs
 from assistant.bench.plan import (
     HF_PLD,
@@ -260,7 +260,7 @@ class FirstTokens(BaseStreamer):
 def llama_gguf(model: str) -> Path:
     """The GGUF file llama.cpp reads for `--model`: a .gguf path as given, or an embedded model's
     weights, joined once into the cache when they ship in parts."""
-    path = loading.gguf_file(model)
+    path = loading.gguf_file(model, config.settings().cache)
     if path is None:
         raise BenchError(f"llama-cpp reads GGUF weights: --model {model!r} is neither an embedded model "
                          f"nor a .gguf file")

@@ -169,7 +169,7 @@ class Assistant(Engine):
         self.strategy = check_strategy(strategy)
         self.repairs = check_repairs(repairs)
         self.model = model or settings.model
-        self.loaded = loading.load(self.model, weights or settings.weights, device)
+        self.loaded = loading.load(self.model, weights or settings.weights, settings.cache, device)
         self.tuned = tuning.tuned(self.loaded)
         self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
         self.reuse_prefixes(settings.prefix_cache_mb if prefix_cache_mb is None else prefix_cache_mb)

