@@ -1,8 +1,10 @@
 """The settings a user gives through the environment, read here and nowhere else.
 
-Every other module takes its settings as arguments or asks `settings()`; none reads the environment
-itself. `settings()` reads the variables once, on first use (a test that sets one calls
-`settings.cache_clear()`).
+No other module reads the environment. `settings()` is asked by the engine (`Assistant`, which passes
+the model, weights and cache folder down to the model layer), by the doors and tools for their
+options' defaults (cli/options.py, cli/serve.py, bench/), and by kernels/build.py (see there why);
+the model and decoding layers take what they need as arguments. `settings()` reads the variables
+once, on first use (a test that sets one calls `settings.cache_clear()`).
 
     ASSISTANT_MODEL            the model of every command (default: qwen2.5-coder-1.5b)
     ASSISTANT_WEIGHTS          the weight format (default: auto, measured once per machine)

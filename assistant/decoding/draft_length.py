@@ -4,8 +4,8 @@ A draft of k tokens costs one forward pass over k+1 tokens and gains the accepte
 one token. With a per-token acceptance rate a (acceptance stops at the first miss), a draft of
 k yields (1 - a^(k+1)) / (1 - a) tokens on average, so the best k maximises that over the
 measured cost of a (k+1)-token forward. The cost curve is measured once per model, weights,
-device and thread count (cached on disk, or in memory where the cache cannot be written; a
-damaged file is measured again), in the background on a first start; a is tracked online per
+device and thread count (cached on disk in the cache the model was loaded from, or in memory where
+there is none or it cannot be written; a damaged file is measured again), in the background on a first start; a is tracked online per
 generation. Where little is accepted (translation, answers to questions) k drops to 0 and
 decoding is plain decoding.
 
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from assistant import config, files
+from assistant import files
 from assistant.model import loading, weights
 from assistant.model.kv_cache import preallocated_cache
 
 COST_SIZES = (1, 2, 4, 8, 16, 32)
-MEASURED: dict[str, dict[int, float]] = {}  # this process's measurements, by cache file
+MEASURED: dict[tuple[Path | None, str], dict[int, float]] = {}  # this process's measurements, by cache and key
 
 
 @dataclass
@@ -93,20 +93,26 @@ FORWARD = 4  # in the cache key; raised when the forward's speed changes (2: att
 # decoder; 4: weights.products, attention.projected)
 
 
-def costs_path(loaded: loading.LoadedModel) -> Path:
-    """Where the curve is cached: per model, forward, weights (those on a kernel of ours with its source:
-    a changed kernel has another curve), device and threads."""
+def costs_key(loaded: loading.LoadedModel) -> str:
+    """What the curve is measured for: the model, forward, weights (those on a kernel of ours with its
+    source: a changed kernel has another curve), device and threads."""
     kernel = f"-{weights.KERNELS[loaded.weights].stamp()[:8]}" if loaded.weights in weights.KERNELS else ""
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-f{FORWARD}-{loaded.weights}{kernel}"
            f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
-    return config.settings().cache / "costs" / f"{key.replace('/', '--')}.json"
+    return key.replace("/", "--")
+
+
+def costs_path(loaded: loading.LoadedModel) -> Path | None:
+    """Where the curve is cached: in the model's cache; None for a model loaded without one."""
+    return None if loaded.cache is None else loaded.cache / "costs" / f"{costs_key(loaded)}.json"
 
 
 def cached_costs(loaded: loading.LoadedModel) -> dict[int, float] | None:
     """The curve measured earlier on this machine (in this process where the cache is read-only), or
     None: never measured, or a damaged file, which is measured again rather than trusted."""
     path = costs_path(loaded)
-    return MEASURED.get(str(path)) or valid_costs(files.read_json(path))
+    kept = MEASURED.get((loaded.cache, costs_key(loaded)))
+    return kept or (None if path is None else valid_costs(files.read_json(path)))
 
 
 def valid_costs(saved) -> dict[int, float] | None:
@@ -148,11 +154,11 @@ def measure_costs(loaded: loading.LoadedModel, turn=contextlib.nullcontext,
                         torch.cuda.synchronize()
                     seconds[n] = min(seconds[n], time.perf_counter() - started)
                 cache.crop(-n)
-    path = costs_path(loaded)
-    costs = MEASURED[str(path)] = {n: seconds[n] / seconds[1] for n in COST_SIZES}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_atomically(path, json.dumps(costs).encode())
-    except OSError:
-        pass  # a read-only cache: kept in memory for this process
+    costs = MEASURED[loaded.cache, costs_key(loaded)] = {n: seconds[n] / seconds[1] for n in COST_SIZES}
+    if (path := costs_path(loaded)) is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            files.write_atomically(path, json.dumps(costs).encode())
+        except OSError:
+            pass  # a read-only cache: kept in memory for this process
     return costs

@@ -6,6 +6,12 @@ by this compiler. The file name carries a stamp of all three, a build is written
 and renamed into place, and a cached library is checked (its ELF header, its size against the
 record written beside it, and its sha256) before it is mapped; a damaged one is built again over
 it. Two processes that build at once build once: the second waits on the first's lock.
+
+This is the one module below the engine that reads `config.settings()` (the cache folder and CXX)
+itself: a kernel is a process-wide library built lazily at its first use, deep inside a format check,
+a packing or a forward pass, and what it needs is the machine's, not a model's or a request's; passing
+a folder and a compiler through every product to the one call that builds would thread two settings
+through the whole model layer for nothing.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ attends with, the hidden-state layer of PLD+(h) and the most tokens the adaptive
 may choose.
 
 They ship for the embedded models in the `tuned/` folder beside this module and are written to
-the cache by `assistant calibrate` (`tools/calibration.py`, which finds them); a model without
-them runs on the defaults below.
+the cache the model was loaded from by `assistant calibrate` (`bench/calibration.py`, which finds
+them); a model without them runs on the defaults below.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from assistant import config, files
+from assistant import files
 from assistant.model import loading
 
 SHIPPED = Path(__file__).parent / "tuned"
@@ -28,9 +28,11 @@ class Tuned:
 
 
 def tuned_path(loaded: loading.LoadedModel) -> Path:
+    """The shipped settings of the model where they exist (or where it was loaded without a cache), else
+    those calibrated into its cache."""
     key = f"{loaded.name}-{loaded.sha256[:16]}" if loaded.sha256 else loaded.name.replace("/", "--")
     shipped = SHIPPED / f"{key}.json"
-    return shipped if shipped.is_file() else config.settings().cache / "tuned" / f"{key}.json"
+    return shipped if shipped.is_file() or loaded.cache is None else loaded.cache / "tuned" / f"{key}.json"
 
 
 def tuned(loaded: loading.LoadedModel) -> Tuned:
