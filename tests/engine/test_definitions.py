@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 from assistant.checks.asked import ANNOTATIONS, DOCSTRING
@@ -209,3 +210,42 @@ def test_with_every_definition_done_no_pass_runs():
     result = events[-1]
     assert found.parts == () and result.text == document and result.finished and result.model == "model"
     assert result.definitions.skipped == ("first", "second")
+
+
+# --- the engine (the embedded model) ------------------------------------------------------------------------
+
+def test_every_pass_shares_the_whole_files_prompt_prefix(embedded_tokenizer):
+    """The file comes first, as a whole-document edit shows it: the passes' prompts, and a warmed buffer's, agree
+    up to the definition; each definition's tokens are attributed to its place in the file."""
+    from assistant.decoding.prefix_cache import common_prefix
+    from assistant.engine.prompts import definition_prompt, edit_prompt
+
+    found = plan(MODULE, (0, len(MODULE)), "Add docstrings.", "python")
+    first, second = (definition_prompt(embedded_tokenizer, "Add docstrings.", MODULE, part.span) for part in
+                     found.parts[:2])
+    whole = edit_prompt(embedded_tokenizer, "Fix it.", MODULE)
+    file_tokens = len(embedded_tokenizer(MODULE, add_special_tokens=False)["input_ids"])
+    first_ids, second_ids, whole_ids = (np.asarray(p.ids) for p in (first, second, whole))
+    assert common_prefix(first_ids, second_ids) >= common_prefix(first_ids, whole_ids) > file_tokens
+    start, end = found.parts[1].span
+    assert any(source and start <= source[0] and source[1] <= end for source in second.sources[-60:])
+
+
+def test_the_engine_edits_definition_by_definition(embedded, monkeypatch):
+    """Through `run`: one stream, a pass per definition lacking a docstring, the file prefilled once and reused
+    (prefix cache), and passes cut at the token limit leave their definitions as they were."""
+    from assistant.decoding import prefix_cache
+
+    reused = []
+    lookup = prefix_cache.PrefixCache.lookup
+    monkeypatch.setattr(prefix_cache.PrefixCache, "lookup",
+                        lambda self, ids, layers: (found := lookup(self, ids, layers), reused.append(found[1]))[0])
+    events = list(embedded.rewrite(MODULE, "Add docstrings.", language="python", max_new_tokens=6, repairs=0))
+    result = events[-1]
+    assert isinstance(result, Result) and result.text == MODULE and result.finished
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == MODULE
+    assert set(result.definitions.failed) == {"area", "Shape", "Shape.__init__", "Shape.grow", "typed"}
+    assert result.definitions.skipped == ("documented",) and len(result.pieces) == 5
+    file_tokens = embedded.count_tokens(MODULE)
+    assert len(reused) == 5 and all(n > file_tokens for n in reused[1:])
+    assert all(MODULE[slice(*s.source)] == result.text[slice(*s.output)] for s in result.token_spans if s.source)
