@@ -109,6 +109,11 @@ class Definitions:
                 "skipped": list(self.skipped)}
 
 
+NO_CHANGE = {"none": "the answer is the text as it was",  # Result.change of an answer that made no edit
+             "layout": "only the layout changed (whitespace, line breaks or quotes)",
+             "comments": "only comments changed"}
+
+
 @dataclass(frozen=True)
 class Result:
     """The answer. `stats` covers every pass, repairs included (each Repair has its own); `check` is the
@@ -136,6 +141,12 @@ class Result:
     def unchanged(self) -> bool:
         """Whether the finished answer made no change but to layout (whitespace, quotes) or comments."""
         return self.change is not None and self.change != "edit"
+
+    @property
+    def change_note(self) -> str | None:
+        """What every door says of a finished answer that made no edit ("no change made: only comments
+        changed"); None for any other answer."""
+        return f"no change made: {NO_CHANGE[self.change]}" if self.unchanged else None
 
     @property
     def finished(self) -> bool:

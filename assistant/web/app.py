@@ -26,7 +26,7 @@ from starlette.requests import HTTPConnection
 
 from assistant import STRATEGIES, Delta, Engine, Queued, Repairing, Result, RewriteError, check_strategy
 from assistant.checks import language_of
-from assistant.checks.syntax import GRAMMARS
+from assistant.checks.syntax import LANGUAGES
 from assistant.engine import aio
 from assistant.http import server
 from assistant.http.generations import MAX_GENERATIONS, Busy, Generations, cancel_on_disconnect
@@ -39,13 +39,8 @@ MAX_INSTRUCTION_CHARS = 10_000
 MAX_NEW_TOKENS = 4096
 # The largest valid request: every character of the text written as a JSON escape pair (12 bytes).
 MAX_BODY_BYTES = 12 * (MAX_DOCUMENT_CHARS + MAX_INSTRUCTION_CHARS) + 4096
-CHECKED_LANGUAGES = ("python", *GRAMMARS)  # ruff for Python, tree-sitter's syntax for the rest
+CHECKED_LANGUAGES = ("python", *sorted(LANGUAGES))  # ruff for Python; tree-sitter or the format's parser for the rest
 COMPLETE = ("eos", "stop")  # the answer ended by itself; every other `stopped` is unfinished
-NO_CHANGE = {  # Result.change of a finished answer that made no edit, as the page says it
-    "none": "no change made: the answer is the document as it was",
-    "layout": "no change made: only the layout changed (whitespace, line breaks or quotes)",
-    "comments": "no change made: only comments changed",
-}
 
 
 # ---------------------------------------------------------------- request and response models
@@ -176,7 +171,7 @@ def unfinished_reason(result: Result, request: RewriteRequest) -> str | None:
 def done_message(result: Result, request: RewriteRequest, strategy: str) -> dict:
     reason = unfinished_reason(result, request)
     return {"type": "done", **result.to_json(), "complete": reason is None, "reason": reason,
-            "unchanged": result.unchanged, "note": NO_CHANGE.get(result.change), "strategy": strategy}
+            "unchanged": result.unchanged, "note": result.change_note, "strategy": strategy}
 
 
 def failure_message(error: Exception) -> str:

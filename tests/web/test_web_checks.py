@@ -63,7 +63,7 @@ def test_the_page_learns_the_languages_it_can_check(server):
     with httpx.Client(base_url=f"http://{server}") as http:
         languages = http.get("/healthz").json()["languages"]
         samples = http.get("/api/samples").json()
-    assert "python" in languages and "javascript" in languages
+    assert "python" in languages and "javascript" in languages and "json" in languages and "toml" in languages
     assert {s["id"]: s["language"] for s in samples}["python-rename"] == "python"
 
 
@@ -77,7 +77,7 @@ def test_a_language_is_read_as_the_engine_reads_it(server, fake):
 
 
 @pytest.mark.parametrize("change, note", [("comments", "no change made: only comments changed"),
-                                          ("none", "no change made: the answer is the document as it was"),
+                                          ("none", "no change made: the answer is the text as it was"),
                                           ("edit", None)])
 def test_an_answer_that_made_no_edit_says_no_change_made(change, note):
     fake = FakeAssistant(chars=8, step_seconds=0.0, change=change)
