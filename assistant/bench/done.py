@@ -5,22 +5,25 @@ Each measure is a share in [0, 1] of the things the instruction asked about, fou
 (`Class.method`, a nested function `outer.inner`), or None when the code before had nothing to do:
 - type hints: the functions that lacked complete annotations and now have them. A function's annotations
   are complete when every parameter (`*args` and `**kwargs` included) but a first positional `self` or
-  `cls` is annotated, and so is its return (`-> None` too: a missing return hint is not complete);
+  `cls` is annotated, and so is its return (`-> None` too: a missing return hint is not complete): the
+  engine's own rule (`checks.asked`), by which it skips the definitions that have what was asked;
 - docstrings: the functions and classes that lacked a docstring and now have one;
 - f-strings: the `%` formats (a string literal `%` something) converted: 1 less those left over those before;
 - a rename: the occurrences (names read, written or deleted, in the function and what it nests) of the
   old name that are the new one after, over those of the old name before.
 A definition the answer removed is not done; an answer that does not parse did nothing.
 
-The measures read only the two texts, so the engine could use them as well as the bench.
+The measures read only the two texts (and `checks.asked`), so the engine could use them as well as the
+bench.
 """
 
 from __future__ import annotations
 
 import ast
 
-Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-METHOD_FIRST = ("self", "cls")
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, Definition, has
+
+HINTS, DOCSTRINGS = frozenset({ANNOTATIONS}), frozenset({DOCSTRING})
 
 
 def definitions(tree: ast.AST | None, prefix: str = "") -> dict[str, Definition]:
@@ -48,32 +51,20 @@ def share(asked: set[str], done: set[str]) -> float | None:
     return len(asked & done) / len(asked) if asked else None
 
 
-def annotated(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
-    arguments = function.args
-    positional = arguments.posonlyargs + arguments.args
-    if positional and positional[0].arg in METHOD_FIRST:
-        positional = positional[1:]
-    rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-    return function.returns is not None and all(a.annotation is not None
-                                                 for a in positional + arguments.kwonlyargs + rest)
-
-
-def functions(text: str | ast.AST | None) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    tree = parsed(text) if isinstance(text, str) else text
-    return {name: node for name, node in definitions(tree).items() if not isinstance(node, ast.ClassDef)}
+def functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {name: node for name, node in definitions(parsed(text)).items() if not isinstance(node, ast.ClassDef)}
 
 
 def hints_done(before: str, after: str) -> float | None:
     """The share of the functions lacking complete annotations before that have them after."""
-    asked = {name for name, node in functions(before).items() if not annotated(node)}
-    return share(asked, {name for name, node in functions(after).items() if annotated(node)})
+    asked = {name for name, node in functions(before).items() if not has(node, HINTS)}
+    return share(asked, {name for name, node in functions(after).items() if has(node, HINTS)})
 
 
 def docstrings_done(before: str, after: str) -> float | None:
     """The share of the functions and classes without a docstring before that have one after."""
-    asked = {name for name, node in definitions(parsed(before)).items() if ast.get_docstring(node) is None}
-    return share(asked, {name for name, node in definitions(parsed(after)).items() if ast.get_docstring(node)})
+    asked = {name for name, node in definitions(parsed(before)).items() if not has(node, DOCSTRINGS)}
+    return share(asked, {name for name, node in definitions(parsed(after)).items() if has(node, DOCSTRINGS)})
 
 
 def percent_formats(tree: ast.AST | None) -> int:

@@ -113,7 +113,9 @@ def test_summary_counts_kept_broken_flagged_and_the_time_repair_added():
 
 @needs_smollm2
 def test_preserve_run_counts_an_answer_cut_short_as_broken(monkeypatch, tmp_path):
-    record = next(r for r in data.load("preserve") if r.module == "codeop")
+    # A rename is one pass over the module (docstring and type-hint edits go definition by definition,
+    # and a definition whose pass is cut is left as it was: that answer ends, unchanged).
+    record = next(r for r in data.load("preserve") if r.id == "preserve-codeop-rename-local")
     monkeypatch.setattr(data, "load", lambda task, split="eval": [record])
     out = tmp_path / "out"
     assert cli.main(["bench", "--model", "smollm2-135m", "--weights", "float32", "--samples", "1",

@@ -31,12 +31,12 @@ def describe(stack, sep=", "):
 def test_a_function_is_annotated_when_all_but_self_or_cls_and_its_return_are():
     functions = done.functions(BEFORE)
     assert sorted(functions) == ["Stack.__init__", "Stack.of", "Stack.push", "describe"]
-    assert not any(done.annotated(f) for f in functions.values())  # push lacks its parameter's hint
+    assert not any(done.has(f, done.HINTS) for f in functions.values())  # push lacks its parameter's hint
     hinted = done.functions("class C:\n    def f(self, x: int, *a: str, k: bool, **kw: int) -> None: ...\n"
                             "    @classmethod\n    def g(cls) -> 'C': ...\n")
-    assert all(done.annotated(f) for f in hinted.values())
-    assert not done.annotated(done.functions("def f(x: int): ...\n")["f"])  # no return hint: not complete
-    assert not done.annotated(done.functions("def f(x: int, *args) -> None: ...\n")["f"])
+    assert all(done.has(f, done.HINTS) for f in hinted.values())
+    assert not done.has(done.functions("def f(x: int): ...\n")["f"], done.HINTS)  # no return hint: not complete
+    assert not done.has(done.functions("def f(x: int, *args) -> None: ...\n")["f"], done.HINTS)
 
 
 def test_hints_done_counts_the_functions_that_now_have_complete_hints():
