@@ -25,8 +25,8 @@ from __future__ import annotations
 import ast
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
 
 from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, has
 from assistant.checks.instructions import preserving

@@ -180,8 +180,8 @@ def test_the_answer_keeps_the_text_between_definitions_verbatim():
     ('def area(r):\n    return r\n\n\ndef extra():\n    pass', "eos"),  # a definition more
 ])
 def test_a_failed_pass_leaves_its_definition_as_it_was(answer):
-    events, _ = run({"area": answer, "typed": ('def typed(a: int, *rest: str) -> bool:\n    """T."""\n'
-                                                 '    return bool(a)', "eos")})
+    typed = 'def typed(a: int, *rest: str) -> bool:\n    """T."""\n    return bool(a)'
+    events, _ = run({"area": answer, "typed": (typed, "eos")})
     result = events[-1]
     assert "def area(r):\n    return math.pi * r * r" in result.text and '"""The area.' not in result.text
     assert '"""T."""' in result.text  # the other passes still count
@@ -193,9 +193,10 @@ def test_a_failed_pass_leaves_its_definition_as_it_was(answer):
 def test_a_cancel_ends_the_whole_answer():
     cancel = threading.Event()
     cancel.set()
-    events, found = run({}, cancel=cancel)
+    events, _ = run({}, cancel=cancel)
     result = events[-1]
     assert result.stopped == "cancelled" and not result.finished
+    assert "def typed" not in result.text  # no pass after the one that saw the cancel, nor the text after it
     assert len([e for e in events if isinstance(e, Result)]) == 1
 
 
