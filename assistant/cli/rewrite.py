@@ -345,13 +345,6 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
             print(f"{source.path}: {summary(result, steps)}", file=sys.stderr)
 
 
-NO_CHANGE = {  # Result.change of an answer that made no edit, as the command says it
-    "none": "no change made: the answer is the text as it was",
-    "layout": "no change made: only the layout changed (whitespace, line breaks or quotes)",
-    "comments": "no change made: only comments changed",
-}
-
-
 def finish(source: Source, result, args, streamed: bool) -> None:
     """Print or write the new text the way the options ask; an unfinished answer is never written, nor
     one with problems unless --allow-problems says so, and one that made no edit is said to (on stderr,
@@ -379,7 +372,7 @@ def finish(source: Source, result, args, streamed: bool) -> None:
     if args.in_place or args.output:
         write_out(source, text, result, args)
     elif result.unchanged:
-        print(f"{source.path}: {NO_CHANGE[result.change]}", file=sys.stderr)
+        print(f"{source.path}: {result.change_note}", file=sys.stderr)
 
 
 def record(source: Source, result, text: str, spans: list, problems: list[tuple[Problem, int, int]]) -> dict:
@@ -397,7 +390,7 @@ def write_out(source: Source, text: str, result, args) -> None:
     it was is not written over it (nothing to write: no backup either); one that changed only its layout or
     comments is written, since it is what the model answered, and said to have made no edit."""
     target = Path(source.path) if args.in_place else args.output
-    said = f"{source.path}: {NO_CHANGE[result.change]}; " if result.unchanged else f"{source.path}: "
+    said = f"{source.path}: {result.change_note}; " if result.unchanged else f"{source.path}: "
     if args.in_place and result.change == "none":
         print(f"{said}nothing written", file=sys.stderr)
         return
