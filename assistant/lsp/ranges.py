@@ -211,3 +211,17 @@ def follow_spans(spans: list[tuple], edits: list[tuple[int, int, int]]) -> list[
         except Conflict:
             pass
     return kept
+
+
+def slide(edits: list[tuple[int, int, int]], text: str, wholes: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """`edits` of `text`, each deletion that could as well have removed one of `wholes` moved onto it: a
+    diff of two texts cannot tell which of two equal lines went (deleting either gives the same text)."""
+    found = list(edits)
+    for number, (a, b, _) in enumerate(found):
+        for start, end in wholes:
+            low, high = min(a, start), max(b, end)
+            others = [edit for edit in found if edit is not found[number] and low <= edit[1] and edit[0] <= high]
+            if a < b and end - start == b - a and not others and text[low:a] + text[b:high] == text[low:start] + text[end:high]:
+                found[number] = (start, end, 0)
+                break
+    return found

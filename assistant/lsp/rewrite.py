@@ -117,7 +117,9 @@ class Rewrite:
         """Move the lines, their diff (with the user's typing in it), the spans and the problems onto `current`."""
         if self.editing or current == self.known:
             return
-        edits = ranges.changes(self.known, current)
+        sides = [(self.start + part.start, self.start + part.end) for part in self.view.parts
+                 if part.kind in ("old", "new") and part.end > part.start]
+        edits = ranges.slide(ranges.changes(self.known, current), self.known, sides)
         bounds = [self.start + part.start for part in self.view.parts] + [self.end]
         moved = [ranges.move(bound, edits, push=bound == self.start) for bound in bounds]
         texts = [current[a:b] for (a, _), (b, _) in pairwise(moved)]

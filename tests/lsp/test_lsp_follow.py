@@ -10,6 +10,7 @@ from lsprotocol import types
 
 from assistant.engine.output import Span
 from assistant.lsp import session
+from assistant.lsp.hunks import Diff, Hunk
 from assistant.lsp.rewrite import Rewrite
 
 DOCUMENT = "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))\n"
@@ -140,3 +141,14 @@ def test_an_edit_that_joins_a_hunks_old_and_new_lines_keeps_them_as_typed():
     typed = job.known.replace("def add(a, b):\ndef plus", "def add(a, b): def plus", 1)
     job.follow(typed)
     assert job.undecided == [] and job.resolved().view().text == typed[job.start:job.end]
+
+
+def test_deleting_one_of_two_equal_lines_deletes_the_hunks_side():
+    """A diff of the texts cannot tell which of two blank lines went: the one a hunk removes is taken."""
+    document = "x = 1\n\n\ny = 2\n"
+    job = Rewrite("file:///b.py", document, 0, len(document), id="2")
+    diff = Diff((("x = 1\n",), Hunk(0, ("\n",), ()), ("\n", "y = 2\n")))  # the first blank line goes
+    job.wrote(diff, diff.view(), document, [])
+    job.running = False
+    job.follow("x = 1\n\ny = 2\n")
+    assert job.owed == {0: True} and job.resolved().view().text == "x = 1\n\ny = 2\n"
