@@ -4,9 +4,11 @@ Chromium, against the real language server and the embedded smollm2-135m.
 
 The flow is a user's: open a Python file, select it, Ctrl+I, pick an instruction, see the streamed diff,
 reject one hunk with its code lens, accept the rest with Ctrl+Enter, undo once; then change a server
-setting on disk and see the server restart. The buffer is read back from the editor's rendered lines
-at each step (the file is short enough to show whole; saving would close the rewrite's undo step). Which lines are a hunk's old and new ones is read from the server's own
-`assistant/diff` notifications: `assistant.serverCommand` is a small tap that runs this repository's
+setting on disk and see the server restart. A second review ends by typing in a hunk's new line and
+saving: the file on disk holds the answer with the typing, never a hunk's old and new lines both. The
+buffer is read back from the editor's rendered lines at each step (the file is short enough to show
+whole). Which lines are a hunk's old and new ones is read from the server's own `assistant/diff`
+notifications: `assistant.serverCommand` is a small tap that runs this repository's
 `.venv/bin/assistant` and copies what the server writes to a log as it passes it on.
 """
 
@@ -274,6 +276,45 @@ def test_rewrite_reviewed_hunk_by_hunk_and_undone_in_one_step(page, workspace):
     settings = workspace / ".vscode" / "settings.json"
     settings.write_text(json.dumps({**json.loads(settings.read_text()), "assistant.strategy": "ar"}))
     wait_until(lambda: len(initialized(log)) == 2, lambda: f"the server started {len(initialized(log))} time(s)")
+
+
+def test_typing_in_a_hunk_and_saving_leave_one_version_of_each_hunk(page, workspace):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    log = workspace.parent / "server-output.log"
+    seen = len(diffs(log))
+    page.locator(".editor-instance .monaco-editor .view-lines").click()
+    page.keyboard.press("Control+A")
+    picker = page.locator(".quick-input-widget")
+    press_until_visible(page, "Control+I", picker)
+    page.keyboard.type("Make this clearer")
+    page.keyboard.press("Enter")
+    review = wait_for_diff(log, seen, lambda d: not d["streaming"])
+    hunks = sorted(review["hunks"], key=lambda hunk: hunk["old"]["start"])
+    typed_in = hunks[0]
+    side, other = ("new", "old") if typed_in["new"]["end"] > typed_in["new"]["start"] else ("old", "new")
+    row = typed_in[side]["start"]
+    shown = buffer_text(page).split("\n")
+
+    # type at the end of the hunk's first new line (or old line, in a deletion): its other side goes
+    seen = len(diffs(log))
+    page.keyboard.press("Control+Home")
+    for _ in range(row):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press("End")
+    page.keyboard.type("# mine")
+    shown[row] += "# mine"
+    wait_for_diff(log, seen, lambda d: typed_in["index"] not in [hunk["index"] for hunk in d["hunks"]])
+    wait_for_buffer(page, without("\n".join(shown), typed_in[other]))
+
+    # a save accepts the other hunks first: the file holds the answer, with the typing
+    page.keyboard.press("Control+S")
+    answer = without("\n".join(shown), typed_in[other], *(hunk["old"] for hunk in hunks[1:]))
+    wait_for_buffer(page, answer)
+    wait_until(lambda: (workspace / "sample.py").read_text() == answer,
+               lambda: f"the file holds {(workspace / 'sample.py').read_text()!r}, not {answer!r}")
+    wait_until(lambda: not diffs(log)[-1]["hunks"], lambda: f"the review did not end: {diffs(log)[-1]}")
 
 
 def artifact(name: str) -> Path:

@@ -20,6 +20,8 @@ export interface Hunk {
   new: Lines;
   /** The text of its new lines that the model wrote rather than copied. */
   generated: Range[];
+  /** The text of its old lines (shown as text in VS Code: `old`). */
+  removed?: string[];
 }
 
 export interface DiffParams extends Versioned {
@@ -54,4 +56,13 @@ export function marksOf(params: DiffParams): Marks {
 /** Whether the rewrite still asks for a decision (or is still streaming): the accept/reject keys apply. */
 export function isReviewing(params: DiffParams): boolean {
   return params.streaming || params.hunks.length > 0;
+}
+
+/**
+ * The lines a save removes first, so that the file never holds both sides of a hunk: under review,
+ * every undecided hunk's old lines (the server takes that as accepting them: the file holds the
+ * answer); while streaming, the new lines (the rewrite stops, and the original lines are back).
+ */
+export function linesRemovedOnSave(params: DiffParams): Lines[] {
+  return params.hunks.map((hunk) => (params.streaming ? hunk.new : hunk.old)).filter(nonEmpty);
 }

@@ -34,6 +34,8 @@ interface RewriteResult {
   hunks?: number;
   /** The answer did not finish and the original text is back (the server said why). */
   restored?: boolean;
+  /** The answer made no edit, only layout or comments changed, or nothing (the server said "no change made"). */
+  unchanged?: boolean;
 }
 
 let client: LanguageClient | undefined;
@@ -141,7 +143,7 @@ async function rewrite(selection: boolean): Promise<void> {
   const result = selection
     ? await execute<RewriteResult>("assistant.rewriteSelection", [uri, client.code2ProtocolConverter.asRange(target), instruction])
     : await execute<RewriteResult>("assistant.rewriteDocument", [uri, instruction]);
-  if (result && !result.restored && result.hunks === 0) {
+  if (result && !result.restored && !result.unchanged && result.hunks === 0) {
     void vscode.window.showInformationMessage("Editor Assistant: the answer changed nothing.");
   }
 }
@@ -208,6 +210,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       review.draw();
     }),
     vscode.window.onDidChangeActiveTextEditor(() => review.draw()),
+    // a save (Ctrl+S) during a review writes the answer, while streaming the original; an auto save
+    // (on by default in VS Code for the Web) writes the buffer as it is, or it would end every review
+    vscode.workspace.onWillSaveTextDocument((event) => event.reason === vscode.TextDocumentSaveReason.Manual &&
+      event.waitUntil(Promise.resolve(review.beforeSave(event.document)))),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (SERVER_SETTINGS.some((key) => event.affectsConfiguration(`assistant.${key}`))) {
         void restart();

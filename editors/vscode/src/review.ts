@@ -7,7 +7,7 @@
 import * as vscode from "vscode";
 import { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult, TextDocumentEdit } from "vscode-languageclient/node";
 import { isStale, Range } from "./attribution";
-import { DiffParams, isReviewing, Lines, marksOf } from "./diff";
+import { DiffParams, isReviewing, Lines, linesRemovedOnSave, marksOf } from "./diff";
 
 /** Context keys for `when` clauses: the active editor's rewrite streams, or waits for a decision. */
 export const STREAMING = "editorAssistant.streaming";
@@ -55,6 +55,14 @@ export class Review implements vscode.Disposable {
       this.diffs.delete(document.uri.toString());
     }
     this.draw();
+  }
+
+  /** The edits a save of `document` makes first: the answer is written, or while streaming the original. */
+  beforeSave(document: vscode.TextDocument): vscode.TextEdit[] {
+    // the latest notice, even of an older version: typing after the rewrite's lines moves nothing,
+    // and typing before or inside them is followed by a new notice
+    const diff = this.diffs.get(document.uri.toString());
+    return (diff ? linesRemovedOnSave(diff) : []).map((lines) => vscode.TextEdit.delete(new vscode.Range(lines.start, 0, lines.end, 0)));
   }
 
   /** Forget every review (the server restarted: its rewrites are gone). */

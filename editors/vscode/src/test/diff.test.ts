@@ -2,7 +2,7 @@
 
 import { test } from "node:test";
 import * as assert from "node:assert/strict";
-import { DiffParams, isReviewing, marksOf } from "../diff";
+import { DiffParams, isReviewing, linesRemovedOnSave, marksOf } from "../diff";
 
 const generated = { start: { line: 4, character: 4 }, end: { line: 4, character: 18 } };
 const notice = (streaming: boolean, hunks: DiffParams["hunks"]): DiffParams => ({
@@ -25,4 +25,14 @@ test("isReviewing: while streaming, and while hunks wait; not once the review en
   assert.equal(isReviewing(notice(true, [])), true);
   assert.equal(isReviewing(notice(false, [{ index: 0, old: { start: 3, end: 4 }, new: { start: 4, end: 4 }, generated: [] }])), true);
   assert.equal(isReviewing(notice(false, [])), false);
+});
+
+test("linesRemovedOnSave: a review's old lines (the answer is saved), a streaming rewrite's new lines (the original)", () => {
+  const hunks = [
+    { index: 0, old: { start: 3, end: 4 }, new: { start: 4, end: 5 }, generated: [] },
+    { index: 1, old: { start: 6, end: 6 }, new: { start: 6, end: 8 }, generated: [] },
+  ];
+  assert.deepEqual(linesRemovedOnSave(notice(false, hunks)), [{ start: 3, end: 4 }]);
+  assert.deepEqual(linesRemovedOnSave(notice(true, hunks)), [{ start: 4, end: 5 }, { start: 6, end: 8 }]);
+  assert.deepEqual(linesRemovedOnSave(notice(false, [])), []);
 });
