@@ -154,11 +154,7 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
     document = open_document(ls, uri)  # it may have changed or closed while the model loaded
     if document.source != text:
         raise JsonRpcInvalidRequest(f"{uri} changed while the model loaded; ask again")
-    current = ls.rewrites.get(uri)
-    if current is not None and current.running:
-        raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
-    if current is not None and current.reviewing:
-        raise JsonRpcInvalidRequest(f"{uri} has a rewrite whose hunks wait for a decision; accept or reject them first")
+    check_free(ls, uri)
     start, end = selection or (0, len(text))
     job = Rewrite(uri, text, start, end, ls.encoding, str(uuid.uuid4()), virtual=ls.virtual_removed)
     ls.rewrites[uri] = job
@@ -186,6 +182,15 @@ async def rewrite(ls: Server, uri: str, instruction: str, target: types.Range | 
     await settle(ls, job)  # shows the review, with any typing that came after the last edit
     report_unchanged(ls, job, result)
     return answer_of(job, result)
+
+
+def check_free(ls: Server, uri: str) -> None:
+    """Refuse a second rewrite of a document whose rewrite still streams, or still waits for a decision."""
+    current = ls.rewrites.get(uri)
+    if current is not None and current.running:
+        raise JsonRpcInvalidRequest(f"{uri} is already being rewritten; cancel that first")
+    if current is not None and current.reviewing:
+        raise JsonRpcInvalidRequest(f"{uri} has a rewrite whose hunks wait for a decision; accept or reject them first")
 
 
 def answer_of(job: Rewrite, result) -> dict:
