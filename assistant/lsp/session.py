@@ -246,15 +246,11 @@ async def stream(ls: Server, job: Rewrite, events, context: int):
     return result
 
 
-CHANGES = {"none": "the answer is the text as it was", "layout": "only the layout changed (whitespace, quotes)",
-           "comments": "only comments changed"}
-
-
 def report_unchanged(ls: Server, job: Rewrite, result: Result) -> None:
     """A finished answer that made no edit is said to be one, whatever its hunks show (`Result.unchanged`)."""
     if result.unchanged and not job.restored:
         ls.window_show_message(types.ShowMessageParams(
-            type=types.MessageType.Info, message=f"assistant: no change made: {CHANGES[result.change]}"))
+            type=types.MessageType.Info, message=f"assistant: {result.change_note}"))
 
 
 def report_unfinished(ls: Server, job: Rewrite, why, context: int) -> None:
