@@ -4,20 +4,24 @@ copy of the text before the selection it began with.
 Asked to add a docstring to lines 301-318 of shlex.py, the 1.5B model answered with the selection and then
 a copy of the rest of the file, which the editor would have inserted after the selection: a duplicate of
 everything below it. Models also begin an answer with the lines above the selection. Both copies are of
-the document's own text, so they are recognised exactly: the text after the selection, from its first
-non-blank line on, for at least MIN_LINES non-blank lines and MIN_CHARS non-blank characters (whole lines,
-starting a line of the answer that is not its first); the text before the selection, from the start of
-some line to the selection, as much of it (at least as much) at the very start of the answer. The answer
-then ends where the copy after begins (as at its closing fence), the blank lines that lead to that copy in
-the document going with it, and starts where the copy before ends. Shorter matches are never cut: they
-can be the answer's own.
+the document's own text, so they are recognised exactly: the text after the selection, from one of its
+first LATER non-blank lines on (the model may move or drop the first ones), for at least MIN_LINES
+non-blank lines and MIN_CHARS non-blank characters (whole lines, starting a line of the answer that is not
+its first, and not found in the selection itself); the text before the selection, from the start of some
+line to the selection, as much of it (at least as much) at the very start of the answer. The answer then
+ends where the copy after begins (as at its closing fence), the blank lines before that copy going with
+it, and starts where the copy before ends. Shorter matches are never cut: they can be the answer's own.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 MIN_LINES, MIN_CHARS = 2, 40
+LATER = 6  # a copy of the text after the selection may start at any of its first LATER non-blank lines
+RUN_CHARS = 4000  # enough of the document to find a substantial run of lines in
+_TEXT_LINE = re.compile(r"^[ \t]*\S", re.MULTILINE)
 _LINE = re.compile(r"[^\n]*\n|[^\n]+$")
 _BREAK = re.compile("\n")
 
@@ -35,38 +39,51 @@ class Copies:
     def __init__(self, document: str, target: tuple[int, int]):
         start, end = target
         after = end if document[end - 1] == "\n" else document.find("\n", end) + 1  # 0: no line after
-        blank = re.compile(r"(?:[ \t]*\n)*").match(document, after).end() if after else end
-        self.lead = document[end:blank] if not document[end:blank].strip() else ""
-        self.after = first_lines(document[blank:]) if after else ""
+        selection = document[start:end]
+        self.after = [marker for marker in later_runs(document, after) if marker not in selection] if after else []
+        self.newline = selection.endswith("\n")  # whether the answer's cut keeps the newline of its last line
         self.document, self.selection_start = document, start
         self.pending = copies_before(document, start)  # line starts whose text up to the selection may be copied
+
+    def cut(self, raw: str, at: int) -> int:
+        """Where an answer whose copy starts at the line start `at` ends: after its last text before the copy (and
+        that line's newline when the selection ended with one), the blank lines between going with the copy."""
+        text = len(raw[:at].rstrip())
+        return raw.find("\n", text, at) + 1 if self.newline and text and "\n" in raw[text:at] else text
 
     def end(self, raw: str) -> tuple[int, int] | None:
         """(where the answer ends, where the copy that says so ends) once `raw` holds a copy of the text after
         the selection at the start of a line but its first, or None."""
-        at = raw.find("\n" + self.after) if self.after else -1
-        if at < 0:
+        found = [(at + 1, marker) for marker in self.after if (at := raw.find("\n" + marker)) >= 0]
+        if not found:
             return None
-        cut = at + 1 - (len(self.lead) if raw.endswith(self.lead, 0, at + 1) else 0)
-        return cut, at + 1 + len(self.after)
+        at, marker = min(found)
+        return self.cut(raw, at), at + len(marker)
 
     def held(self, raw: str) -> int:
-        """How many of the last characters of `raw` could still become that copy, or the blank lines that
-        lead to it."""
+        """How many of the last characters of `raw` could still become such a copy, with the blank lines before it."""
         longest, at = 0, len(raw)
-        while self.after and (at := raw.rfind("\n", 0, at)) >= 0 and len(raw) - at - 1 < len(self.after):
-            if self.after.startswith(raw[at + 1:]):
-                longest = len(raw) - at - 1 + (len(self.lead) if raw.endswith(self.lead, 0, at + 1) else 0)
+        size = max(map(len, self.after), default=0)
+        while self.after and (at := raw.rfind("\n", 0, at)) >= 0 and len(raw) - at - 1 < size:
+            if any(marker.startswith(raw[at + 1:]) for marker in self.after):
+                longest = len(raw) - self.cut(raw, at + 1)
         return longest
 
     def start(self, raw: str, finished: bool = False) -> int | None:
-        """How many characters at the start of `raw` are a copy of the text before the selection (the longest
-        such copy), or None while `raw` could still become a longer one (unless `finished`)."""
+        """How many characters at the start of `raw` are a copy of the text before the selection (the longest such
+        copy), or None while `raw` could still become a longer one (unless `finished`)."""
         document, start = self.document, self.selection_start
         self.pending = [x for x in self.pending if document.startswith(raw[:start - x], x)]
         if not finished and any(start - x > len(raw) for x in self.pending):
             return None
         return max((start - x for x in self.pending if start - x <= len(raw)), default=0)
+
+
+def later_runs(document: str, after: int) -> list[str]:
+    """The substantial runs of whole lines that start at each of the first LATER non-blank lines from `after`:
+    a copy of the text after the selection may skip its first lines (the model moved or dropped them)."""
+    starts = [match.start() for match in islice(_TEXT_LINE.finditer(document, after), LATER)]
+    return [run for run in (first_lines(document[at:at + RUN_CHARS]) for at in starts) if run]
 
 
 def first_lines(text: str) -> str:

@@ -62,6 +62,26 @@ def test_the_copy_is_never_shown_while_it_is_undecided(tokenizer):
         assert len(output.text) <= len(NEW)
 
 
+def test_a_copy_that_skips_the_first_lines_after_the_selection_ends_it_too(tokenizer):
+    """As the 1.5B model did on shlex.py: it dropped the line right after the selection and copied from the next."""
+    document = DOCUMENT + "\n\ndef fourth(path):\n    return os.path.splitext(path)\n"
+    later = document[END:].replace("def third(path, suffix):\n", "", 1)
+    output = OutputText(tokenizer, document, fence=FENCE, target=(START, END))
+    ids = tokenizer(NEW + later + "\n" + FENCE + "\n", add_special_tokens=False)["input_ids"]
+    streamed = "".join(output.add([token], [None])[0] for token in ids) + output.finish()[0]
+    assert output.text == streamed == NEW
+
+
+def test_lines_of_the_selection_itself_are_no_copy(tokenizer):
+    document = DOCUMENT + "\n\ndef fourth(path):\n    return os.path.dirname(path)\n"  # second's body again
+    own = NEW.replace('    """The folder."""\n', "")
+    output = OutputText(tokenizer, document, fence=FENCE, target=(START, END))
+    ids = tokenizer(own + "\n" + FENCE + "\n", add_special_tokens=False)["input_ids"]
+    output.add(ids, [None] * len(ids))
+    output.finish()
+    assert output.text == own
+
+
 def test_a_line_like_the_text_after_is_the_answers_own(tokenizer):
     own = NEW + "\n\ndef third(path, suffix):\n    pass\n"  # one line alike: short of a copy
     output, streamed, _ = answer(tokenizer, own)
