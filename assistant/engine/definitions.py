@@ -18,7 +18,7 @@ ordinary generation, a cancel ends the whole answer, and the answer is checked a
 Measured with qwen2.5-coder-1.5b on 2 shared cores, "Add a docstring to every function that lacks one.":
 reprlib.py 15 of 17 functions documented (one pass: 0 of 17, the module copied), colorsys.py 7 of 7 (one
 pass: 6 of 7); the passes' tokens per second were 42% and 92% of the single pass's, which copied far more
-and wrote far less (`/tmp` measurement of 2026-11-26, in the commit that added this note).
+and wrote far less (measured 2026-11-26).
 
 Conservative by design: comments, the module's own docstring, an instruction that names one of the
 region's definitions, or one that asks to change what exists ("improve the docstrings") get the single
