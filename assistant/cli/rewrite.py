@@ -356,6 +356,9 @@ def finish(source: Source, result, args, streamed: bool) -> None:
     if not result.finished:
         raise Refused(f"{source.path}: {UNFINISHED[result.stopped]}; nothing written")
     report_problems(source, problems)
+    if result.definitions is not None and result.definitions.failed:  # an edit made definition by definition
+        print(f"{source.path}: left as they were (their pass was cut or gave no whole definition): "
+              f"{', '.join(result.definitions.failed)}", file=sys.stderr)
     if problems and (args.in_place or args.output) and not args.allow_problems:
         raise Refused(f"{source.path}: the answer introduced {len(problems)} problem{'s' * (len(problems) > 1)} "
                       f"(listed above); nothing written (--allow-problems writes it anyway)")

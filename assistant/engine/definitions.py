@@ -168,20 +168,26 @@ def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:
 def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Piece], Iterator[Event]],
             cancel: threading.Event | None, names: tuple[str, str]) -> Iterator[Event]:
     """The answer to the region, each planned definition rewritten by `one_pass` (started as it is reached),
-    with the Result's `definitions` saying which were edited, left unchanged, failed or skipped. `names`: the
-    model and weights, for a Result with no pass."""
+    with the Result's `definitions` saying which were edited, left unchanged, failed or skipped. An answer that
+    edited none while a pass was cut at the token limit stopped on that limit, as a single pass would have: it
+    is unfinished, and a door says which limit to raise. `names`: the model and weights, for a Result with no
+    pass."""
     by_span = {part.span: part.name for part in planned.parts}
     before = qualified_names(parsed(document))
     outcome: dict[str, list[str]] = {"edited": [], "unchanged": [], "failed": []}
+    cut = []  # the passes stopped at the token limit
 
     def take(part: Piece, result: Result) -> bool:
         kept = whole(document, before, part, result)
         same = result.text == document[part[0]:part[1]]
         outcome["failed" if not kept else "unchanged" if same else "edited"].append(by_span[part])
+        cut.extend([part] if result.stopped == "length" else [])
         return kept
 
     passes = ((part.span, one_pass(part.span)) for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
         if isinstance(event, Result):
             event = replace(event, definitions=Definitions(*(tuple(outcome[k]) for k in outcome), planned.skipped))
+            if cut and not outcome["edited"] and event.finished:  # nothing made, for want of tokens: unfinished
+                event = replace(event, stopped="length")
         yield event

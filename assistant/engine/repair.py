@@ -209,7 +209,8 @@ def attempt(engine: Answers, request: Request, edit: Edit, result: Result, check
         return Repair(number, check.problems, check.problems, False, answer, time.perf_counter() - started), \
             result, check
     tokens = edit.traced(answer.token_spans, result.text, result.spans)
-    answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces)
+    answer = replace(answer, spans=merge_spans(tokens), token_spans=tokens, pieces=result.pieces,
+                     definitions=result.definitions)
     answer_check = edit.check(answer.text) if answer.finished else Check()
     kept = answer.finished and len(answer_check.problems) < len(check.problems)
     repair = Repair(number, check.problems, answer_check.problems, kept, answer.stats, time.perf_counter() - started)

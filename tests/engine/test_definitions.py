@@ -234,7 +234,8 @@ def test_every_pass_shares_the_whole_files_prompt_prefix(embedded_tokenizer):
 
 def test_the_engine_edits_definition_by_definition(embedded, monkeypatch):
     """Through `run`: one stream, a pass per definition lacking a docstring, the file prefilled once and reused
-    (prefix cache), and passes cut at the token limit leave their definitions as they were."""
+    (prefix cache), and passes cut at the token limit leave their definitions as they were; with every pass cut
+    and nothing edited, the answer stopped on the token limit, as a single pass would have."""
     from assistant.decoding import prefix_cache
 
     reused = []
@@ -243,7 +244,7 @@ def test_the_engine_edits_definition_by_definition(embedded, monkeypatch):
                         lambda self, ids, layers: (found := lookup(self, ids, layers), reused.append(found[1]))[0])
     events = list(embedded.rewrite(MODULE, "Add docstrings.", language="python", max_new_tokens=6, repairs=0))
     result = events[-1]
-    assert isinstance(result, Result) and result.text == MODULE and result.finished
+    assert isinstance(result, Result) and result.text == MODULE and result.stopped == "length"
     assert "".join(e.text for e in events if isinstance(e, Delta)) == MODULE
     assert set(result.definitions.failed) == {"area", "Shape", "Shape.__init__", "Shape.grow", "typed"}
     assert result.definitions.skipped == ("documented",) and len(result.pieces) == 5
