@@ -1,7 +1,7 @@
 """Edits that apply across a Python file, made definition by definition.
 
 Asked of a whole standard-library module to "Add a docstring to every function that lacks one.", the
-1.5B model gave the module back unchanged 8 times in 8 (issue 42): one pass over a long text mostly
+1.5B model gave the module back unchanged 8 times in 8: one pass over a long text mostly
 copies it. So an instruction that asks each definition for a docstring or type hints (`asked`), of a
 region of Python that parses and holds at least two definitions, is carried out with one selection
 pass per definition (`plan`): each function and method, and each class's header (its lines before its
