@@ -24,6 +24,7 @@ from assistant.bench import canitedit, data, step_costs
 from assistant.bench.plan import (
     HF_PLD,
     LLAMA_CPP,
+    ONE_PASS,
     REFERENCE_PROMPT,
     REPAIRS,
     BenchError,
@@ -119,23 +120,25 @@ class Runner:
         return max_new_tokens or self.assistant.budget(prompt, record.document if record.is_edit else None)
 
     def with_weights(self, strategy: str):
-        """(assistant, engine strategy, repair passes or None) for `strategy`, which may name other weights,
-        `ar@float32`, or another number of repair passes, `ar@repairs=0`."""
+        """(assistant, engine strategy, request options) for `strategy`, which may name other weights,
+        `ar@float32`, another number of repair passes, `ar@repairs=0`, or one pass, `ar@one-pass`."""
         strategy, _, other = strategy.partition("@")
         if not other:
-            return self.assistant, strategy, None
+            return self.assistant, strategy, {}
         if repairs := REPAIRS.fullmatch(other):
-            return self.assistant, strategy, int(repairs.group(1))
+            return self.assistant, strategy, {"repairs": int(repairs.group(1))}
+        if other == ONE_PASS:
+            return self.assistant, strategy, {"by_definition": False}
         if other not in self.others:
             self.others[other] = self.load(other)
             self.others[other].measured_costs()
-        return self.others[other], strategy, None
+        return self.others[other], strategy, {}
 
     def events(self, strategy: str, record: data.Record, max_new_tokens: int | None):
-        assistant, strategy, repairs = self.with_weights(strategy)
+        assistant, strategy, options = self.with_weights(strategy)
         if record.is_edit:
             return assistant.rewrite(record.document, record.instruction, strategy=strategy,
-                                     max_new_tokens=max_new_tokens, language=record.language, repairs=repairs)
+                                     max_new_tokens=max_new_tokens, language=record.language, **options)
         return assistant.chat(record.document, history=self.history(record), strategy=strategy,
                               max_new_tokens=max_new_tokens)
 

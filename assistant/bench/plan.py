@@ -5,7 +5,8 @@ The engine's strategies come from the engine contract (`assistant.STRATEGIES`), 
 bench's own; the bench adds the generators it measures the engine against: transformers' own prompt
 lookup (`hf-pld`), llama.cpp (`llama-cpp`) and, on CanItEdit, the benchmark's own chat prompt through
 the engine (`reference-prompt`). An engine strategy may run on other weights (`ar@float32`) or with
-another number of repair passes (`pld+h@repairs=0`).
+another number of repair passes (`pld+h@repairs=0`), or in one pass where it would edit definition by
+definition (`pld+h@one-pass`: the single pass the per-definition passes are measured against).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ DEFAULT_TASKS = ("code-edit", "text-edit")
 DEFAULT_STRATEGIES = ("ar", HF_PLD, *(s for s in ENGINE_STRATEGIES if s != "ar"))
 MAX_DRAFT = 64
 REPAIRS = re.compile(r"repairs=([0-9]+)")  # a strategy's variant with another number of repair passes
+ONE_PASS = "one-pass"  # a strategy's variant that makes an edit asked of each definition in one pass
 
 
 class BenchError(ValueError):
@@ -75,10 +77,11 @@ def planned_strategies(strategies: list[str]) -> list[str]:
     for strategy in strategies:
         base, at, other = strategy.partition("@")
         if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
-                                               (other in weights.FORMATS or REPAIRS.fullmatch(other))):
+                                               (other in weights.FORMATS or other == ONE_PASS or REPAIRS.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
                              f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
-                             f"or with another number of repair passes, such as pld+h@repairs=0")
+                             f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
+                             f"where it would edit definition by definition, pld+h@{ONE_PASS}")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

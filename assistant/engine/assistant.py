@@ -313,11 +313,11 @@ class Assistant(Engine):
     def _by_definition(self, request: Request, region: tuple[int, int],
                        cancel: threading.Event | None) -> Iterator[Event] | None:
         """The answer made one definition at a time, or None where it is not made so: the plan says no, the
-        request has stop strings (one would cut a definition short), or the largest definition's prompt and
-        answer would not fit the context (the text is then planned as any other)."""
-        planned = None if request.stop else definitions.plan(request.document, region, request.instruction,
-                                                              request.language)
-        if planned is None:
+        request asks for one pass or has stop strings (one would cut a definition short), or the largest
+        definition's prompt and answer would not fit the context (the text is then planned as any other)."""
+        wanted = request.by_definition and not request.stop
+        planned = wanted and definitions.plan(request.document, region, request.instruction, request.language)
+        if not planned:
             return None
         sizes = [self.count_tokens(request.document[slice(*part.span)]) for part in planned.parts]
         if sizes:

@@ -56,6 +56,7 @@ class Request:
     max_piece_tokens: int | None = None  # a long document's pieces; None: as large as fits the context
     language: str | None = None  # an LSP languageId to check the answer as; None: unchecked
     repairs: int | None = None  # repair passes at most (0: none); None: the engine's
+    by_definition: bool = True  # an edit asked of each definition is made one pass per definition (False: one pass)
 
 
 class Engine(Protocol):
@@ -117,6 +118,8 @@ def check_request(request: Request) -> Request:
         check_strategy(request.strategy)
     if request.repairs is not None:
         check_repairs(request.repairs)
+    if not isinstance(request.by_definition, bool):
+        raise RewriteError(f"by_definition must be true or false, not {request.by_definition!r}")
     check_decoding(request)
     return request
 

@@ -182,7 +182,7 @@ class RemoteAssistant(Engine):
                                  "selection": list(selection) if selection else None,
                                  "references": list(request.references), "strategy": request.strategy or self.strategy,
                                  "max_piece_tokens": request.max_piece_tokens, "language": request.language,
-                                 "repairs": request.repairs}
+                                 "repairs": request.repairs, "by_definition": request.by_definition}
             body |= {"max_tokens": request.max_new_tokens} if request.max_new_tokens else {}
         else:
             room = self.loaded.context_length - self._prompt_tokens(request, (start, end))

@@ -98,6 +98,8 @@ class Extension(BaseModel):
     max_piece_tokens: int | None = Field(None, ge=1, description="split a long document into pieces this size")
     language: Text | None = Field(None, max_length=64, description="an LSP languageId to check the answer as")
     repairs: int | None = Field(None, ge=0, le=4, description="repair passes at most; the server's when left out")
+    by_definition: bool = Field(True, strict=True, description="false: one pass even for an edit asked of each "
+                                                                "definition")
 
     @field_validator("strategy")
     @classmethod
@@ -193,7 +195,7 @@ def rewrite_job(assistant: Assistant, document: str, instruction: str, predictio
     selection = tuple(extension.selection) if extension.selection else None
     request = Request(document, instruction, selection=selection, references=references,
                       max_piece_tokens=extension.max_piece_tokens, language=extension.language,
-                      repairs=extension.repairs, **options)
+                      repairs=extension.repairs, by_definition=extension.by_definition, **options)
 
     def start(cancel: threading.Event) -> Iterator[Event]:
         return assistant.run(request, cancel)

@@ -41,8 +41,9 @@ def test_strategies_with_another_number_of_repairs():
     planned = plan.plan(parse("--tasks", "fix", "--strategies", "pld+h,pld+h@repairs=0,ar@repairs=0")).strategies
     assert planned == ["ar", "ar@repairs=0", "pld+h", "pld+h@repairs=0"]
     bench = generators.Runner(argparse.Namespace(), None, "smollm2-135m")
-    assert bench.with_weights("pld+h@repairs=0") == (bench.assistant, "pld+h", 0)
-    assert bench.with_weights("pld") == (bench.assistant, "pld", None)
+    assert bench.with_weights("pld+h@repairs=0") == (bench.assistant, "pld+h", {"repairs": 0})
+    assert bench.with_weights("pld+h@one-pass") == (bench.assistant, "pld+h", {"by_definition": False})
+    assert bench.with_weights("pld") == (bench.assistant, "pld", {})
 
 
 @pytest.mark.parametrize("strategy", ["pld+h@repairs=two", "hf-pld@repairs=0", "pld+h@repairs=-1"])

@@ -251,3 +251,11 @@ def test_the_engine_edits_definition_by_definition(embedded, monkeypatch):
     file_tokens = embedded.count_tokens(MODULE)
     assert len(reused) == 5 and all(n > file_tokens for n in reused[1:])
     assert all(MODULE[slice(*s.source)] == result.text[slice(*s.output)] for s in result.token_spans if s.source)
+
+
+def test_a_request_for_one_pass_gets_one_pass(embedded):
+    """`by_definition=False` (the bench's `@one-pass`, the measure of the passes) gives the single pass an edit
+    asked of each definition got before: no definitions, no pieces."""
+    result = embedded.rewrite_text(MODULE, "Add docstrings.", language="python", max_new_tokens=6, repairs=0,
+                                   by_definition=False)
+    assert result.definitions is None and len(result.pieces) <= 1

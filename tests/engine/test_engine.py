@@ -203,9 +203,10 @@ def test_closing_a_stream_early_releases_the_model(embedded, records):
     ("some text", "fix it", {"temperature": -1.0}),
     ("some text", "fix it", {"top_p": 0.0}),
     ("word " * 20000, "fix it", {}),
+    ("some text", "fix it", {"by_definition": "no"}),
 ], ids=["empty instruction", "blank instruction", "empty document", "blank document", "NUL", "empty selection",
         "negative selection", "selection past the end", "zero tokens", "too many tokens", "unknown strategy",
-        "negative temperature", "zero top_p", "prompt too long"])
+        "negative temperature", "zero top_p", "prompt too long", "by_definition not a bool"])
 def test_bad_requests_raise_rewrite_error(embedded, document, instruction, options):
     with pytest.raises(RewriteError):
         embedded.rewrite(document, instruction, **options)
