@@ -12,6 +12,14 @@ decoding is plain decoding.
 A rewrite copies in long runs, so a is high and changes by regime (a copied stretch, then an edit):
 the estimate starts high (`PRIOR`) and follows the last drafts closely (docs/kernels.md has the
 measurement that chose the weights).
+
+Long drafts: a draft is chosen up to the model's tuned ceiling; while drafts at the ceiling are
+accepted whole (the copied source goes on), the next may be twice as long, up to `longest`, and a
+miss brings it back to the ceiling. The choice over the longer range is the same gain, so a draft
+grows only while expected accepted tokens per second still rise with its length. Its cost is
+measured, not extrapolated: the curve goes to 64 rows, the most one forward takes
+(`exactness.longest_draft`: past `exactness.FEW` rows a forward leaves the row-exact paths, so a
+longer draft would have to be verified in several forwards, which cost what successive steps cost).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from assistant import files
 from assistant.model import loading, weights
 from assistant.model.kv_cache import preallocated_cache
 
-COST_SIZES = (1, 2, 4, 8, 16, 32)
+COST_SIZES = (1, 2, 4, 8, 16, 32, 64)
 MEASURED: dict[tuple[Path | None, str], dict[int, float]] = {}  # this process's measurements, by cache and key
 
 
@@ -50,14 +58,23 @@ class FixedDraftLength:
 
 @dataclass
 class AdaptiveDraftLength:
+    """Invariant: a chosen draft is at most `reach`, which is `ceiling` but after drafts at it were accepted
+    whole, and never more than `most` (the module docstring says why and how it grows)."""
+
     costs: dict[int, float]  # forward time of n tokens relative to one token
-    most: int
+    ceiling: int  # the most a draft is chosen at until drafts at it are accepted whole
+    longest: int = 0  # the most a draft may grow to while accepted whole (not above `ceiling`: no growth)
     prior: float = 0.9  # acceptance expected of a rewrite before any draft is seen
     memory: float = 0.5  # weight of the past in the running acceptance estimate
     patience: float = 0.95  # per undrafted step: how slowly the estimate returns to the prior
 
     def __post_init__(self):
         self.acceptance = self.prior
+        self.reach = self.ceiling
+
+    @property
+    def most(self) -> int:
+        return max(self.ceiling, self.longest)
 
     def cost(self, tokens: int) -> float:
         sizes = sorted(self.costs)
@@ -71,9 +88,13 @@ class AdaptiveDraftLength:
     def choose(self) -> int:
         a = min(self.acceptance, 0.999)
         gain = lambda k: (1 - a ** (k + 1)) / (1 - a) / self.cost(k + 1)  # noqa: E731 (one line reads best)
-        return max(range(self.most + 1), key=gain)
+        return max(range(self.reach + 1), key=gain)
 
     def update(self, drafted: int, accepted: int) -> None:
+        if drafted >= self.reach and accepted == drafted:
+            self.reach = min(2 * self.reach, self.most)
+        elif accepted < drafted:
+            self.reach = self.ceiling
         if drafted == 0:
             # Without drafts nothing is learnt, so drift back towards the prior: the text may
             # have come back to copying, and a later probe will tell.
@@ -85,7 +106,7 @@ class AdaptiveDraftLength:
 
 # Until this machine's curve is measured: between the AVX2 float32 curve (1.46x for 2 tokens ... 4.27x for 32)
 # and the fbgemm float16 one (1.09x for 4 tokens, 3.0x for 16), so drafting starts cautious but not off.
-PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5}
+PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5, 64: 8.0}
 FLAT = {n: 1.0 for n in COST_SIZES}  # where every step is padded to the same rows (`exactness.fixed_shapes`)
 CONTEXT = 256  # tokens before the measured forwards, prefilled in chunks of this many
 CHUNK = 64

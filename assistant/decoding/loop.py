@@ -150,6 +150,10 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
            cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
     """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
 
+    A draft is cut to the tokens left (it never reaches past `max_new_tokens`) and to the rows one
+    forward computes alike (`exactness.longest_draft`); the context holds the prompt, `max_new_tokens`
+    and one step's rows, so no draft runs past its end.
+
     With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
     (never all of it: the last prefilled position is recomputed so there is something to feed).
     """
@@ -157,7 +161,8 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
         return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
     draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
     fixed = exactness.fixed_shapes(model)
-    step_rows = exactness.STEP_ROWS[model.device.type] if fixed else draft_length.most + 1
+    step_rows = exactness.STEP_ROWS[model.device.type] if fixed else min(draft_length.most,
+                                                                         exactness.longest_draft(model)) + 1
     prompt_rows = exactness.padded(len(prompt), exactness.PROMPT_ROWS) if fixed else len(prompt)
     context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)

@@ -36,6 +36,13 @@ def alike(model: nn.Module) -> bool:
             and any(getattr(type(m), "ROWS_ALIKE", False) for m in modules))
 
 
+def longest_draft(model: nn.Module) -> int:
+    """The most tokens one step may draft: its forward, the draft and its token, stays within the rows
+    every forward of `model` computes alike, `STEP_ROWS` where shapes are fixed and `FEW` elsewhere
+    (attention's row-exact path, fbgemm's probed batch sizes and our kernels' `ROWS` all end there)."""
+    return (STEP_ROWS[model.device.type] if fixed_shapes(model) else FEW) - 1
+
+
 def padded(count: int, rows: int) -> int:
     """`count` rounded up to a multiple of `rows`."""
     return -(-count // rows) * rows
