@@ -65,7 +65,7 @@ from assistant.engine.long_documents import answer_budget
 from assistant.engine.output import OutputText, Span, merge_spans, missing_final_newline
 from assistant.engine.prompts import Prompt, Segment, build_prompt, definition_prompt, edit_prompt, text_prompt
 from assistant.model import loading, tuning
-from assistant.model.exactness import fixed_shapes
+from assistant.model.exactness import fixed_shapes, longest_draft
 
 WARM_CHUNK = 32  # tokens per background prefill forward: about 0.6 s on Qwen2.5-Coder-1.5B, 2 AVX2 cores
 CHAT_BUDGET = 512
@@ -159,12 +159,13 @@ class Forwards:
 
 class Assistant(Engine):
     """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
-    model's tuned value); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
+    model's tuned value), past which drafts grow while accepted whole with `long_drafts` (up to
+    `exactness.longest_draft`); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
     `repairs` is the most repair passes an answer gets unless its request says (0: none)."""
 
     def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
                  device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None,
-                 repairs: int = DEFAULT_REPAIRS):
+                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True):
         settings = config.settings()
         self.strategy = check_strategy(strategy)
         self.repairs = check_repairs(repairs)
@@ -172,6 +173,7 @@ class Assistant(Engine):
         self.loaded = loading.load(self.model, weights or settings.weights, settings.cache, device)
         self.tuned = tuning.tuned(self.loaded)
         self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
+        self.longest_draft = longest_draft(self.loaded.model) if long_drafts else 0
         self.reuse_prefixes(settings.prefix_cache_mb if prefix_cache_mb is None else prefix_cache_mb)
         self._queue = TurnQueue()
         # Measured once per machine, then read; a padded step costs the same whatever its draft.
@@ -364,7 +366,8 @@ class Assistant(Engine):
         if max_new_tokens is None:
             max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
-        draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling)
+        draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling,
+                                                                self.longest_draft)
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
                                     cancel)
         return self._in_turn(generation, cancel)

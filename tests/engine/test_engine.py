@@ -14,6 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from assistant.bench import data
 from assistant.config import settings
+from assistant.decoding import draft_length
 from assistant.decoding.drafters import HiddenDraft, NoDraft
 from assistant.decoding.loop import decode
 from assistant.engine.assistant import CHAT_BUDGET
@@ -68,6 +69,21 @@ def test_greedy_drafting_equals_plain_decoding(records, results, strategies):
             assert got.stopped == expected.stopped
             drafted += got.stats.accepted
     assert drafted > 0, "no draft was accepted: the comparison would be vacuous"
+
+
+def test_long_drafts_on_a_long_copy_equal_plain_decoding(embedded, monkeypatch):
+    """On an answer that copies its document, drafts grow past the tuned ceiling (priced on a nearly flat
+    curve, so that this machine's costs cannot keep them short) and the answer is still plain decoding's."""
+    embedded.measured_costs()  # no background measurement left to overwrite the curve below
+    monkeypatch.setattr(embedded, "forward_costs", {n: 1 + n / 256 for n in draft_length.COST_SIZES})
+    document = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(12))
+    answers = {strategy: list(embedded.rewrite(document, "Copy it exactly.", strategy=strategy, max_new_tokens=200))
+               for strategy in ("ar", "pld+h")}
+    assert answers["pld+h"][-1].text == answers["ar"][-1].text
+    assert answers["pld+h"][-1].stats.new_tokens == answers["ar"][-1].stats.new_tokens
+    drafts = [event.drafted for event in answers["pld+h"] if isinstance(event, Delta)]
+    assert max(drafts) > embedded.draft_ceiling, drafts
+    assert max(drafts) <= exactness.longest_draft(embedded.loaded.model)
 
 
 # Was an engine bug (AttentionDraft scores required grad, .numpy() raised); head_attention now runs in inference mode.
