@@ -333,3 +333,24 @@ async def test_malformed_positions_in_requests_get_an_error_that_names_them():
     finally:
         server.kill()
         await server.wait()
+
+
+@pytest.mark.parametrize("address", ["host:abc", "127.0.0.1", "127.0.0.1:70000", ":-1"])
+async def test_a_malformed_tcp_address_is_one_usage_line(address):
+    server = await asyncio.create_subprocess_exec(*SERVER, "--tcp", address, stderr=asyncio.subprocess.PIPE)
+    _, error = await asyncio.wait_for(server.communicate(), BOUND * 10)
+    assert server.returncode == 2 and "Traceback" not in error.decode()
+    assert "is not HOST:PORT" in error.decode().splitlines()[-1]
+
+
+async def test_a_taken_port_is_one_line_and_status_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = await asyncio.create_subprocess_exec(*SERVER, "--tcp", f"127.0.0.1:{port}",
+                                                      stderr=asyncio.subprocess.PIPE)
+        _, error = await asyncio.wait_for(server.communicate(), BOUND * 10)
+    assert server.returncode == 1 and "Traceback" not in error.decode()
+    assert error.decode().strip().splitlines() == [f"assistant lsp: cannot listen on 127.0.0.1:{port}: "
+                                                   f"{error.decode().split(': ', 2)[2].strip()}"]
