@@ -27,6 +27,7 @@ from assistant.bench.plan import (
     ONE_PASS,
     REFERENCE_PROMPT,
     REPAIRS,
+    SHORT_DRAFTS,
     BenchError,
 )
 from assistant.bench.report import ratio
@@ -65,7 +66,7 @@ class Runner:
 
     def __init__(self, assistant, max_new_tokens: int | None, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
-        self.load = load  # weights -> another Assistant of the same model, for strategies such as ar@float32
+        self.load = load  # (weights, long_drafts=) -> another Assistant of the same model, for ar@float32
         self.others: dict[str, object] = {}
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}
@@ -121,7 +122,8 @@ class Runner:
 
     def with_weights(self, strategy: str):
         """(assistant, engine strategy, request options) for `strategy`, which may name other weights,
-        `ar@float32`, another number of repair passes, `ar@repairs=0`, or one pass, `ar@one-pass`."""
+        `ar@float32`, another number of repair passes, `ar@repairs=0`, one pass, `ar@one-pass`, or drafts
+        that stop at the tuned ceiling, `pld+h@long-drafts=0` (an assistant loaded without long drafts)."""
         strategy, _, other = strategy.partition("@")
         if not other:
             return self.assistant, strategy, {}
@@ -130,7 +132,8 @@ class Runner:
         if other == ONE_PASS:
             return self.assistant, strategy, {"by_definition": False}
         if other not in self.others:
-            self.others[other] = self.load(other)
+            short = other == SHORT_DRAFTS
+            self.others[other] = self.load(self.assistant.loaded.weights if short else other, long_drafts=not short)
             self.others[other].measured_costs()
         return self.others[other], strategy, {}
 

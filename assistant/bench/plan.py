@@ -6,7 +6,8 @@ bench's own; the bench adds the generators it measures the engine against: trans
 lookup (`hf-pld`), llama.cpp (`llama-cpp`) and, on CanItEdit, the benchmark's own chat prompt through
 the engine (`reference-prompt`). An engine strategy may run on other weights (`ar@float32`) or with
 another number of repair passes (`pld+h@repairs=0`), or in one pass where it would edit definition by
-definition (`pld+h@one-pass`: the single pass the per-definition passes are measured against).
+definition (`pld+h@one-pass`: the single pass the per-definition passes are measured against), or with
+drafts that never grow past the tuned ceiling (`pld+h@long-drafts=0`: what long drafts are measured against).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from pathlib import Path
 
 from assistant import STRATEGIES as ENGINE_STRATEGIES
 from assistant.bench import data
-from assistant.model import weights
+from assistant.model import exactness, weights
 
 HF_PLD, LLAMA_CPP, REFERENCE_PROMPT = "hf-pld", "llama-cpp", "reference-prompt"
 STRATEGIES = (*ENGINE_STRATEGIES, HF_PLD, LLAMA_CPP, REFERENCE_PROMPT)
 DEFAULT_TASKS = ("code-edit", "text-edit")
 DEFAULT_STRATEGIES = ("ar", HF_PLD, *(s for s in ENGINE_STRATEGIES if s != "ar"))
-MAX_DRAFT = 64
+MAX_DRAFT = exactness.FEW - 1  # `--max-draft`: a draft and its token fit the rows one forward computes alike
 REPAIRS = re.compile(r"repairs=([0-9]+)")  # a strategy's variant with another number of repair passes
 ONE_PASS = "one-pass"  # a strategy's variant that makes an edit asked of each definition in one pass
+SHORT_DRAFTS = "long-drafts=0"  # a strategy's variant whose drafts never grow past the tuned ceiling
 
 
 class BenchError(ValueError):
@@ -77,11 +79,13 @@ def planned_strategies(strategies: list[str]) -> list[str]:
     for strategy in strategies:
         base, at, other = strategy.partition("@")
         if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
-                                               (other in weights.FORMATS or other == ONE_PASS or REPAIRS.fullmatch(other))):
+                                               (other in weights.FORMATS or other in (ONE_PASS, SHORT_DRAFTS)
+                                                or REPAIRS.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
                              f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
                              f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
-                             f"where it would edit definition by definition, pld+h@{ONE_PASS}")
+                             f"where it would edit definition by definition, pld+h@{ONE_PASS}, or with drafts "
+                             f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

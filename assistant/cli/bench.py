@@ -33,7 +33,8 @@ def register(commands) -> None:
                         help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
                              "front doors give, room for a whole rewrite)")
     parser.add_argument("--max-draft", type=int,
-                        help="the most tokens the adaptive draft length may choose (default: the model's tuned value)")
+                        help="the adaptive draft length's ceiling, past which a draft grows only while drafts at it "
+                             "are accepted whole (default: the model's tuned value)")
     parser.add_argument("--busy", type=int, nargs="?", const=1, default=0, metavar="N",
                         help="run each measurement again at once with N CPU-bound processes spinning beside it "
                              "(default 1): what a busy machine costs each strategy")
@@ -51,10 +52,10 @@ def run(args) -> int:
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
     interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
 
-    def load(weights: str) -> Assistant:
+    def load(weights: str, long_drafts: bool = True) -> Assistant:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
         return Assistant(args.model, weights=weights, device=args.device, prefix_cache_mb=0,
-                         draft_ceiling=args.max_draft)
+                         draft_ceiling=args.max_draft, long_drafts=long_drafts)
 
     try:
         assistant = load(args.weights)

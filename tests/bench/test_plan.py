@@ -9,7 +9,7 @@ import pytest
 
 from assistant import STRATEGIES as ENGINE_STRATEGIES
 from assistant import cli
-from assistant.bench import data, plan
+from assistant.bench import data, generators, plan, run
 from assistant.cli import bench as bench_command
 
 
@@ -44,8 +44,22 @@ def test_strategies_on_other_weights_run_after_ar_and_before_the_rest():
     assert planned == ["ar", "ar@float32", "pld+h", "pld+h@float32", "hf-pld"]  # ar@W is pld+h@W's reference
 
 
+def test_drafts_that_stop_at_the_ceiling_are_a_row_of_their_own_checked_against_ar():
+    planned = plan.plan(parse("--strategies", "pld+h,pld+h@long-drafts=0")).strategies
+    assert planned == ["ar", "pld+h", "pld+h@long-drafts=0"]
+    loads, other = [], argparse.Namespace(measured_costs=lambda: None)
+    runner = generators.Runner(argparse.Namespace(loaded=argparse.Namespace(weights="gguf")), None, "smollm2-135m",
+                               lambda weights, long_drafts=True: loads.append((weights, long_drafts)) or other)
+    assert runner.with_weights("pld+h@long-drafts=0") == (other, "pld+h", {})
+    assert loads == [("gguf", False)]  # the same weights, without long drafts
+    ar = generators.Run("answer", 10, True, 1.0)
+    assert run.expected("pld+h@long-drafts=0", {"ar": ar}) == "answer"  # plain decoding drafts nothing
+
+
 @pytest.mark.parametrize("argv, message", [
     (("--tasks", "poetry"), "unknown task 'poetry'"),
+    (("--strategies", "pld+h@long-drafts=1"), "drafts that stop at the tuned ceiling, pld+h@long-drafts=0"),
+    (("--max-draft", "64"), "--max-draft must be between 1 and 63"),
     (("--strategies", "ar,turbo"), "unknown strategy 'turbo'"),
     (("--strategies", "ar@int3"), "unknown strategy 'ar@int3'"),
     (("--strategies", "hf-pld@float32"), "or an engine strategy with other weights, such as ar@float32"),
