@@ -161,10 +161,11 @@ class Runner:
 
     def forward_costs(self, records: list[data.Record]) -> dict[str, dict]:
         """The cost of a forward (`step_costs`) for each weights loaded and for llama.cpp, after the same
-        context made of the records' text."""
+        context made of the records' text, and of a one-token step of the engine's loop around it."""
         loaded = self.assistant.loaded
         ids = step_costs.context_ids(loaded.tokenizer, [r.document for r in records], loaded.context_length)
-        engines = {f"engine {a.loaded.weights}": step_costs.Engine(a.loaded.model, ids)
+        engines = {f"engine {a.loaded.weights}": step_costs.Engine(a.loaded.model, ids, a.drafter(a.strategy),
+                                                                   a.adaptive_length())
                    for a in (self.assistant, *self.others.values())}
         if self.llama is not None:
             engines[LLAMA_CPP] = step_costs.LlamaCpp(self.llama, ids)

@@ -253,13 +253,16 @@ def step_table(costs: dict[str, dict]) -> Table:
     t = Table(title=f"the cost of a forward after the same context (best of {step_costs.STEP_REPEATS}; "
                     f"prefill best of {step_costs.PREFILL_REPEATS})")
     for name in ("forward of", "context", "prefill", "one-token step", f"{step_costs.VERIFY}-token verification",
-                 "verification / step", "step vs llama.cpp", "prefill vs llama.cpp"):
+                 "verification / step", "step vs llama.cpp", "prefill vs llama.cpp", "loop step",
+                 "outside the forward"):
         t.add_column(name, justify="left" if name == "forward of" else "right")
     for name, c in costs.items():
+        loop = c.get("loop_step_seconds")
         t.add_row(name, str(c["context"]), fmt(c["prefill_seconds"], ".2f", "s"),
                   fmt(c["step_seconds"] * 1000, ".1f", " ms"), fmt(c["verify_seconds"] * 1000, ".1f", " ms"),
                   fmt(c["verify_over_step"], ".2f", "x"), fmt(c["step_vs_llama_cpp"], ".2f", "x"),
-                  fmt(c["prefill_vs_llama_cpp"], ".2f", "x"))
+                  fmt(c["prefill_vs_llama_cpp"], ".2f", "x"), fmt(loop and loop * 1000, ".1f", " ms"),
+                  fmt(c.get("outside_forward"), ".0%"))
     return t
 
 

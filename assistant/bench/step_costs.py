@@ -9,6 +9,11 @@ machine, or a VM slowing down during the run, hurts them alike (measured one eng
 other, a VM that slowed by 1.6x made one engine's step look 1.6x dearer than in the run before).
 llama.cpp's verification asks for the logits of all 16 rows, as the engine's does (its plain
 decoding asks only for the last row's).
+
+Beside the bare forward, a one-token step of the engine's decode loop (`loop.next_step`, with the
+default drafter and draft length, asked for nothing) is measured in the same rounds: what it costs
+more than the forward alone is the loop's own work (choosing the draft length, the drafter's
+look-up, verification, bookkeeping, Python), reported as its share of the step (`outside_forward`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from assistant.decoding.drafters import Context
-from assistant.decoding.loop import forward, prefill
+from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
+from assistant.decoding.drafters import Context, Drafter, NoDraft
+from assistant.decoding.loop import forward, next_step, prefill
+from assistant.decoding.verification import Sampling
 from assistant.model.exactness import PROMPT_ROWS, STEP_ROWS, fixed_shapes, padded
 from assistant.model.kv_cache import preallocated_cache
 
@@ -37,9 +44,12 @@ class StepCosts:
     prefill_seconds: float
     step_seconds: float
     verify_seconds: float
+    loop_step_seconds: float | None = None  # a one-token step of the decode loop, its forward and all around it
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "verify_over_step": self.verify_seconds / self.step_seconds}
+        outside = None if self.loop_step_seconds is None else 1 - self.step_seconds / self.loop_step_seconds
+        return {**asdict(self), "verify_over_step": self.verify_seconds / self.step_seconds,
+                "outside_forward": outside}
 
 
 def context_ids(tokenizer, texts: list[str], most: int) -> list[int]:
@@ -67,21 +77,25 @@ def measure(engines: dict[str, Engine | LlamaCpp]) -> dict[str, StepCosts]:
     """Each engine's costs after its context: prefills, then one-token steps and verifications, each
     the fastest of rounds in which the engines take turns."""
     prefill = best_of(lambda: {name: e.prefill() for name, e in engines.items()}, PREFILL_REPEATS)
-    steps = best_of(lambda: {f"{name} {kind}": e.run(kind) for name, e in engines.items() for kind in ("step", "verify")},
+    steps = best_of(lambda: {f"{name} {kind}": e.run(kind) for name, e in engines.items() for kind in e.KINDS},
                     STEP_REPEATS)
     for e in engines.values():
         e.reset()
-    return {name: StepCosts(len(e.ids), prefill[name], steps[f"{name} step"], steps[f"{name} verify"])
-            for name, e in engines.items()}
+    return {name: StepCosts(len(e.ids), prefill[name], steps[f"{name} step"], steps[f"{name} verify"],
+                            steps.get(f"{name} loop")) for name, e in engines.items()}
 
 
 class Engine:
     """The engine's forward (the weights `model` was loaded with), as `ar` and verification run it: where
     its shapes are fixed (`exactness.fixed_shapes`), a step is padded to STEP_ROWS rows and the prefill
-    goes in chunks of PROMPT_ROWS."""
+    goes in chunks of PROMPT_ROWS; and a one-token step of its decode loop with `drafter` and
+    `draft_length`."""
 
-    def __init__(self, model, ids: list[int]):
-        self.model, self.ids = model, ids
+    KINDS = ("step", "verify", "loop")
+
+    def __init__(self, model, ids: list[int], drafter: Drafter = NoDraft(),
+                 draft_length: AdaptiveDraftLength | FixedDraftLength = FixedDraftLength(0)):
+        self.model, self.ids, self.drafter, self.draft_length = model, ids, drafter, draft_length
         self.rows = STEP_ROWS[model.device.type] if fixed_shapes(model) else None
         self.capacity = padded(len(ids), PROMPT_ROWS) + max(VERIFY, self.rows or 0)
         self.cache = preallocated_cache(model, self.capacity)
@@ -93,10 +107,24 @@ class Engine:
         return timed(lambda: (prefill(self.model, self.ids, context, None), self.sync()))
 
     def run(self, kind: str) -> float:  # a step or a verification after the context, which it leaves as it was
+        if kind == "loop":
+            return self.loop_step()
         tokens = self.ids[:1 if kind == "step" else VERIFY]
         fed = tokens + tokens[-1:] * ((self.rows or len(tokens)) - len(tokens))
         seconds = timed(lambda: (forward(self.model, fed, self.cache, False, len(fed)), self.sync()))
         self.cache.crop(-len(fed))
+        return seconds
+
+    def loop_step(self) -> float:
+        """A one-token step of the decode loop (`loop.next_step`, one token left to make, so the drafter is
+        asked for none) after the context, which it leaves as it was."""
+        ids = self.ids + self.ids[-1:]  # the context fed, and the token the step feeds
+        context = Context.start(ids, self.capacity, self.drafter.layers, self.model.config.get_text_config().hidden_size,
+                                self.model.dtype, self.model.device, self.cache)
+        sampling, generator, sources = Sampling(), torch.Generator(), [None] * len(ids)
+        seconds = timed(lambda: (next_step(self.model, context, self.drafter, self.draft_length, self.rows or 1, 1,
+                                           sampling, generator, sources, frozenset()), self.sync()))
+        self.cache.crop(-1)
         return seconds
 
     def reset(self) -> None:
@@ -106,6 +134,8 @@ class Engine:
 class LlamaCpp:
     """llama.cpp's forward (llama-cpp-python's `Llama`), in batches of its `n_batch` as `Llama.eval` runs;
     its verification asks for the logits of every row."""
+
+    KINDS = ("step", "verify")
 
     def __init__(self, llama, ids: list[int]):
         self.llama, self.ids = llama, ids

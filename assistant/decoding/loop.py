@@ -170,15 +170,27 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     sources: list[int | None] = [None] * len(prompt)
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
-        started = time.perf_counter()
-        k = min(draft_length.choose(), max_new_tokens - produced - 1, step_rows - 1)
-        draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
-        accepted = len(tokens) - 1
-        draft_length.update(len(draft), accepted)
-        copied = copied_sources(context, origin, accepted, sources[-1])
-        tokens, copied, finished = trimmed(tokens, copied, eos, max_new_tokens - produced)
-        sources += copied
-        produced += len(tokens)
-        yield Step(tokens, copied, len(draft), accepted, time.perf_counter() - started, finished)
-        if finished:
+        done = next_step(model, context, drafter, draft_length, step_rows, max_new_tokens - produced, sampling,
+                         generator, sources, eos)
+        produced += len(done.tokens)
+        yield done
+        if done.finished:
             return
+
+
+def next_step(model, context: Context, drafter: Drafter, draft_length: AdaptiveDraftLength | FixedDraftLength,
+              step_rows: int, left: int, sampling: Sampling, generator: torch.Generator, sources: list[int | None],
+              eos: frozenset[int]) -> Step:
+    """One step of `decode` with `left` tokens still to make (at least one): a draft of the chosen length
+    cut to `left` and to the step's rows, verified and accepted (`step`), the draft length told what was
+    accepted, the tokens kept cut at EOS and at `left`, their sources appended to `sources` (one per
+    context position). Its `seconds` are the whole step's, forward and everything around it."""
+    started = time.perf_counter()
+    k = min(draft_length.choose(), left - 1, step_rows - 1)
+    draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
+    accepted = len(tokens) - 1
+    draft_length.update(len(draft), accepted)
+    copied = copied_sources(context, origin, accepted, sources[-1])
+    tokens, copied, finished = trimmed(tokens, copied, eos, left)
+    sources += copied
+    return Step(tokens, copied, len(draft), accepted, time.perf_counter() - started, finished)

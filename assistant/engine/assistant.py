@@ -244,6 +244,10 @@ class Assistant(Engine):
             self._measuring.join()
         return self.forward_costs
 
+    def adaptive_length(self) -> AdaptiveDraftLength:
+        """A generation's adaptive draft length: this machine's cost curve, the ceiling, the longest draft."""
+        return AdaptiveDraftLength(self.forward_costs, self.draft_ceiling, self.longest_draft)
+
     def drafter(self, strategy: str) -> Drafter:
         if strategy == "ar":
             return NoDraft()
@@ -366,8 +370,7 @@ class Assistant(Engine):
         if max_new_tokens is None:
             max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
-        draft_tokens = request.draft_tokens or AdaptiveDraftLength(self.forward_costs, self.draft_ceiling,
-                                                                self.longest_draft)
+        draft_tokens = request.draft_tokens or self.adaptive_length()
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
                                     cancel)
         return self._in_turn(generation, cancel)

@@ -20,6 +20,8 @@ from assistant import cli
 from assistant.bench import data, generators, plan, step_costs
 from assistant.bench.attribution_quality import Quality, alignment, quality
 from assistant.config import settings
+from assistant.decoding.draft_length import PRIOR, AdaptiveDraftLength
+from assistant.decoding.drafters import HiddenDraft
 from assistant.engine.output import Span
 from assistant.model import loading
 
@@ -38,6 +40,15 @@ def test_the_step_context_is_real_text_cut_to_the_model():
     tokenizer = lambda text: argparse.Namespace(input_ids=[ord(c) for c in text])  # noqa: E731
     assert step_costs.context_ids(tokenizer, ["ab", "c"], 1 << 15) == [ord(c) for c in "ab\n\nc" * 300]
     assert len(step_costs.context_ids(tokenizer, ["ab"], 512)) == 512 - step_costs.VERIFY - 1
+
+
+def test_a_loop_step_is_measured_beside_the_bare_forward_and_leaves_the_context(tiny_model):
+    ids = list(range(3, 60)) * 4
+    engine = step_costs.Engine(tiny_model, ids, HiddenDraft(1), AdaptiveDraftLength(PRIOR, 24, 63))
+    engine.prefill()
+    assert engine.run("loop") > 0 and engine.cache.get_seq_length() == len(ids)
+    [costs] = step_costs.measure({"tiny": engine}).values()
+    assert costs.loop_step_seconds > 0 and costs.as_dict()["outside_forward"] < 1  # no timing claims
 
 
 def test_split_gguf_is_joined_once_into_the_cache(tmp_path, monkeypatch):
@@ -161,6 +172,7 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     [(name, costs)] = summary["step_costs"].items()
     assert name == "engine float32" and costs["context"] == step_costs.CONTEXT
     assert 0 < costs["step_seconds"] and 0 < costs["verify_seconds"] and 0 < costs["prefill_seconds"]  # no claims
+    assert 0 < costs["loop_step_seconds"] and costs["outside_forward"] < 1
     assert costs["step_vs_llama_cpp"] is None
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
