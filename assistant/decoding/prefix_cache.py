@@ -3,7 +3,8 @@
 Editors ask again and again about the same buffer, so the prompt of the next request usually
 shares a long token prefix with a recent one. The stored keys, values and drafter hidden rows
 of that prefix are copied into the new request's cache and only the rest of the prompt is
-prefilled. Entries are evicted least recently used first, past a memory bound.
+prefilled. Entries are evicted least recently used first, past a memory bound or a number of
+entries (one: the passes of an edit made definition by definition share the latest pass's prompt).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int, entries: int | None = None):
+        self.max_bytes, self.max_entries = max_bytes, entries
         self.entries: OrderedDict[int, Snapshot] = OrderedDict()
 
     def lookup(self, ids: list[int], layers: tuple[int, ...]) -> tuple[Snapshot | None, int]:
@@ -67,7 +68,8 @@ class PrefixCache:
             return
         self.entries.pop(key, None)
         self.entries[key] = snapshot
-        while sum(s.bytes for s in self.entries.values()) > self.max_bytes:
+        while (sum(s.bytes for s in self.entries.values()) > self.max_bytes
+               or self.max_entries is not None and len(self.entries) > self.max_entries):
             self.entries.popitem(last=False)
 
 

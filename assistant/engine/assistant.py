@@ -32,6 +32,7 @@ see their place in the queue as `Queued` events.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import traceback
@@ -331,9 +332,11 @@ class Assistant(Engine):
             wanted = request.max_new_tokens or answer_budget(max(sizes))
             if len(self._definition_prompt(request, largest).ids) + wanted > self.loaded.context_length:
                 return None
+        # The passes share the file's prefix: with reuse across requests off, they still reuse it among themselves.
+        shared = self.prefixes if self.prefixes is not None else PrefixCache(sys.maxsize, entries=1)
         return definitions.rewrite(request.document, region, planned,
                                    lambda part: self._start(self._definition_prompt(request, part), request, part,
-                                                            cancel), cancel, (self.model, self.loaded.weights))
+                                                            cancel, shared), cancel, (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int]) -> Prompt:
         return definition_prompt(self.loaded.tokenizer, request.instruction, request.document, part,
@@ -362,8 +365,9 @@ class Assistant(Engine):
         return self._start(prompt, check_decoding(Request(text, "", **options)), None, cancel)
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
-               cancel: threading.Event | None) -> Iterator[Event]:
-        """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn)."""
+               cancel: threading.Event | None, prefixes: PrefixCache | None = None) -> Iterator[Event]:
+        """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn),
+        reusing prompt prefixes from `prefixes` (None: the engine's cache, if it keeps one)."""
         strategy = request.strategy or self.strategy
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
@@ -372,7 +376,7 @@ class Assistant(Engine):
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
         draft_tokens = request.draft_tokens or self.adaptive_length()
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
-                                    cancel)
+                                    cancel, prefixes if prefixes is not None else self.prefixes)
         return self._in_turn(generation, cancel)
 
     def _in_turn(self, generation: Generator[Event, None, None], cancel: threading.Event | None) -> Iterator[Event]:
@@ -386,8 +390,8 @@ class Assistant(Engine):
             self._queue.leave(ticket)
 
     def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
-                  max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength,
-                  cancel: threading.Event | None) -> Generator[Event, None, None]:
+                  max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength, cancel: threading.Event | None,
+                  prefixes: PrefixCache | None) -> Generator[Event, None, None]:
         document = request.document
         output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence, target)
         positions = list(prompt.sources)  # document span of every context position, output included
@@ -403,7 +407,7 @@ class Assistant(Engine):
 
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
                             draft_tokens=draft_tokens, sampling=Sampling(request.temperature, request.top_k, request.top_p, request.seed), eos=self.loaded.eos, cancel=cancel,
-                            prefixes=self.prefixes)) as steps_iter:
+                            prefixes=prefixes)) as steps_iter:
             for step in steps_iter:
                 steps += 1
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted

@@ -259,3 +259,24 @@ def test_a_request_for_one_pass_gets_one_pass(embedded):
     result = embedded.rewrite_text(MODULE, "Add docstrings.", language="python", max_new_tokens=6, repairs=0,
                                    by_definition=False)
     assert result.definitions is None and len(result.pieces) <= 1
+
+
+def test_the_passes_share_the_file_prefix_with_reuse_across_requests_off(embedded, monkeypatch):
+    """The bench turns the engine's prefix cache off (every strategy pays its own prefill); the passes of one
+    answer still prefill the file once, and keep no more than the latest pass's prompt."""
+    from assistant import config
+    from assistant.decoding import prefix_cache
+
+    reused, kept = [], []
+    lookup, store = prefix_cache.PrefixCache.lookup, prefix_cache.PrefixCache.store
+    monkeypatch.setattr(prefix_cache.PrefixCache, "lookup",
+                        lambda self, ids, layers: (found := lookup(self, ids, layers), reused.append(found[1]))[0])
+    monkeypatch.setattr(prefix_cache.PrefixCache, "store",
+                        lambda self, *args: (store(self, *args), kept.append(len(self.entries)))[0])
+    embedded.reuse_prefixes(0)
+    try:
+        embedded.rewrite_text(MODULE, "Add docstrings.", language="python", max_new_tokens=6, repairs=0)
+    finally:
+        embedded.reuse_prefixes(config.settings().prefix_cache_mb)
+    assert len(reused) == 5 and all(n > embedded.count_tokens(MODULE) for n in reused[1:])
+    assert kept and set(kept) == {1}
