@@ -27,7 +27,7 @@ from assistant.model import loading
 from assistant.model.attention import head_attention
 from assistant.model.tuning import Tuned, tuned
 
-DRAFT_CEILINGS = (8, 12, 16, 24, 32)  # 32: the largest forward the cost curve measures
+DRAFT_CEILINGS = (8, 12, 16, 24, 32)  # where drafts start; the replay leaves out their growth past it (long drafts)
 
 
 def best_candidate_sets(tokens: np.ndarray, start: int):

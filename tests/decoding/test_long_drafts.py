@@ -127,3 +127,15 @@ def test_greedy_with_long_drafts_matches_plain_decoding(tiny_model, seed):
             length = AdaptiveDraftLength(NEARLY_FLAT, 4, 63)
             got = tokens_of(loop.decode(tiny_model, prompt, drafter, max_new_tokens=120, draft_tokens=length))
             assert got == expected
+
+
+def test_where_shapes_are_fixed_drafts_grow_to_the_step_rows_alone(tiny_model, monkeypatch):
+    monkeypatch.setattr(exactness, "fixed_shapes", lambda model: True)
+    monkeypatch.setitem(exactness.STEP_ROWS, "cpu", 8)
+    prompt = [3, 9] * 20
+    expected = plain(tiny_model, prompt, 60)
+    oracle = Oracle(prompt, expected)
+    length = AdaptiveDraftLength(FLAT, 2, exactness.longest_draft(tiny_model))
+    steps = list(loop.decode(tiny_model, prompt, oracle, max_new_tokens=60, draft_tokens=length))
+    assert tokens_of(steps) == expected
+    assert [s.drafted for s in steps][:4] == [2, 4, 7, 7]  # 8 rows a step: a draft of 7 and its token
