@@ -13,6 +13,9 @@ the draft is x[i+1 : i+1+K]. Strategies differ only in which candidate they pick
   the last fed position (max over the selected heads); induction heads at query n-2 attend
   to the positions whose previous token was x[n-2], i.e. to the copies of x[n-1].
 
+Each ranks every candidate (`rank`, best first, the most recent first on ties) and proposes the
+continuation of the first; a token tree (`decoding.tree`) verifies the continuations of several.
+
 Every strategy is a `Drafter`; the decode loop (decoding.decode) knows no other.
 """
 
@@ -74,40 +77,57 @@ class Drafter(Protocol):
     returns ([], -1) or (draft, origin) with 0 <= origin < n-1, x[origin] == x[n-1],
     draft == x[origin+1 : origin+1+len(draft)] and 1 <= len(draft) <= k; it changes nothing in
     the context. The origin is what attribution follows: an accepted draft token was copied from
-    origin+1+i. Verification, not the drafter, decides what is kept, so any drafter keeps greedy
-    decoding token-identical to plain decoding; a better one only gets more tokens accepted.
+    origin+1+i. `rank(context)` returns such origins, best first; `propose` drafts after its first.
+    Verification, not the drafter, decides what is kept, so any drafter keeps greedy decoding
+    token-identical to plain decoding; a better one only gets more tokens accepted.
     """
 
     layers: tuple[int, ...]  # decoder layers whose inputs the drafter reads: context.hidden[L], [capacity, width]
+
+    def rank(self, context: Context) -> np.ndarray:
+        """Positions i < n-1 with x[i] == x[n-1] that a draft may follow, best first."""
+        ...
 
     def propose(self, context: Context, k: int) -> tuple[list[int], int]:
         """Up to `k` tokens (none when k <= 0) to verify after x[n-1], and the position they follow."""
         ...
 
 
-def most_recent_best(scores: np.ndarray) -> int:
-    """Index of the highest score, the latest one on ties."""
-    return len(scores) - 1 - int(np.argmax(scores[::-1]))
+def best_first(candidates: np.ndarray, scores) -> np.ndarray:
+    """`candidates` (oldest first) by descending score, the latest first on ties."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return candidates[np.lexsort((-np.arange(len(scores)), -scores))]
 
 
-class NoDraft:
+class Ranking:
+    """What every drafter shares: its proposal is the continuation of its best-ranked candidate."""
+
+    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
+        ranked = self.rank(context) if k > 0 else ()
+        if len(ranked) == 0:
+            return [], -1
+        best = int(ranked[0])
+        return context.continuation(best, k), best
+
+
+class NoDraft(Ranking):
     """Never drafts: plain decoding through the same loop, the reference every other strategy must equal."""
 
     layers: tuple[int, ...] = ()
 
-    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
-        return [], -1
+    def rank(self, context: Context) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)
 
 
 @dataclass
-class NgramDraft:
+class NgramDraft(Ranking):
     max_ngram: int = 3
     layers: tuple[int, ...] = ()
 
-    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
+    def rank(self, context: Context) -> np.ndarray:
         candidates = context.candidates()
-        if k <= 0 or len(candidates) == 0:
-            return [], -1
+        if len(candidates) == 0:
+            return candidates
         x, n = context.tokens, context.n
         matched = np.ones(len(candidates), dtype=np.int64)
         alive = np.ones(len(candidates), dtype=bool)
@@ -117,33 +137,31 @@ class NgramDraft:
             previous = candidates - back
             alive &= (previous >= 0) & (x[np.maximum(previous, 0)] == x[n - 1 - back])
             matched += alive
-        best = int(candidates[most_recent_best(matched)])
-        return context.continuation(best, k), best
+        return best_first(candidates, matched)
 
 
 @dataclass
-class HiddenDraft:
+class HiddenDraft(Ranking):
     layer: int
 
     @property
     def layers(self) -> tuple[int, ...]:
         return (self.layer,)
 
-    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
+    def rank(self, context: Context) -> np.ndarray:
         candidates = context.candidates()
         candidates = candidates[candidates >= 1]
-        if k <= 0 or len(candidates) == 0 or context.n < 2:
-            return [], -1
+        if len(candidates) == 0 or context.n < 2:
+            return candidates[:0]
         hidden = context.hidden[self.layer]
         query = hidden[context.n - 2].float()
         keys = hidden[torch.from_numpy(candidates - 1).to(hidden.device)].float()
         similarity = torch.nn.functional.cosine_similarity(keys, query[None], dim=-1)
-        best = int(candidates[most_recent_best(similarity.cpu().numpy())])
-        return context.continuation(best, k), best
+        return best_first(candidates, similarity.cpu().numpy())
 
 
 @dataclass
-class AttentionDraft:
+class AttentionDraft(Ranking):
     """Scores candidates with the attention of chosen (layer, head) pairs, computed only for the
     last fed position and only for those heads, from its hidden state and the cached keys."""
 
@@ -160,14 +178,13 @@ class AttentionDraft:
         # hidden_states[L] is the input of decoder layer L, which is what its attention projects.
         return tuple(sorted(self._by_layer))
 
-    def propose(self, context: Context, k: int) -> tuple[list[int], int]:
+    def rank(self, context: Context) -> np.ndarray:
         candidates = context.candidates()
-        if k <= 0 or len(candidates) == 0 or context.n < 2:
-            return [], -1
+        if len(candidates) == 0 or context.n < 2:
+            return candidates[:0]
         position = context.n - 2
         hidden = {layer: context.hidden[layer][position:position + 1] for layer in self._by_layer}
         scores = head_attention(self.model, context.cache, self._by_layer, hidden,
                                 torch.tensor([position], device=self.model.device))[:, 0]
         best_by_max = scores[:, torch.from_numpy(candidates).to(scores.device)].amax(0)
-        best = int(candidates[most_recent_best(best_by_max.float().cpu().numpy())])
-        return context.continuation(best, k), best
+        return best_first(candidates, best_by_max.float().cpu().numpy())
