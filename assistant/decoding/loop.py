@@ -6,7 +6,9 @@ cover positions 0..n-2, and x[n-1] is the token chosen last, not yet fed. A step
 token of its own, and crops the cache back to what was accepted. Greedy verification is
 token-identical to plain decoding; sampled verification accepts d_i with the model's
 probability p(d_i) and otherwise samples from p with d_i removed, which keeps the model's
-distribution exactly (the draft is a point mass).
+distribution exactly (the draft is a point mass). With several branches, a greedy step feeds a
+token tree of the best-ranked candidates' continuations instead (`decoding.tree`) and keeps the
+longest path greedy decoding follows, the cache holding that path's rows alone afterwards.
 
 Every forward follows the row rules of `model.exactness`, so a verified draft sees the bits a
 one-token step would.
@@ -25,8 +27,9 @@ import torch
 from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
 from assistant.decoding.drafters import Context, Drafter
 from assistant.decoding.prefix_cache import PrefixCache, restore
-from assistant.decoding.verification import Sampling, verify_greedy, verify_sampled
-from assistant.model import exactness, transformer
+from assistant.decoding.tree import TokenTree, grow
+from assistant.decoding.verification import Sampling, verify_greedy, verify_sampled, verify_tree_greedy
+from assistant.model import exactness, transformer, tree_attention
 from assistant.model.kv_cache import preallocated_cache
 
 
@@ -34,17 +37,18 @@ from assistant.model.kv_cache import preallocated_cache
 class Step:
     tokens: list[int]  # accepted tokens, EOS excluded
     sources: list[int | None]  # context position each token was copied from
-    drafted: int
+    drafted: int  # draft tokens verified (a token tree's rows but its root)
     accepted: int  # drafted tokens the model accepted
     seconds: float
     finished: str | None = None  # "eos" or "length" when this step ends generation
 
 
-def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int):
+def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int, tree: tree_attention.Tree | None = None):
+    """One forward of `ids` after the cache's positions; a token tree's rows (`tree`) where `tree_fits`."""
     with torch.inference_mode():
         fed = torch.tensor([ids], device=model.device)
         if transformer.fits(model):
-            return transformer.forward(model, fed, cache, hidden, logits_to_keep)
+            return transformer.forward(model, fed, cache, hidden, logits_to_keep, tree)
         return model(input_ids=fed, cache=cache, use_cache=True, output_hidden_states=hidden,
                      logits_to_keep=logits_to_keep)
 
@@ -96,19 +100,18 @@ def warm(model, ids: list[int], layers: tuple[int, ...], prefixes: PrefixCache, 
     return prefill(model, ids, start(model, ids, capacity, layers), prefixes, chunk, turn, cancel)
 
 
-def step(model, context: Context, drafter: Drafter, k: int, sampling: Sampling,
-         generator: torch.Generator) -> tuple[list[int], int, list[int]]:
-    """One forward pass: draft up to `k` tokens, verify them, accept.
+def step(model, context: Context, draft: list[int], hidden: bool, sampling: Sampling,
+         generator: torch.Generator) -> list[int]:
+    """One forward pass: verify a draft, accept.
 
     Feeds [x[n-1], d_1..d_k], keeps the longest prefix of the draft that the model agrees with
     plus one token of its own, appends those to the context and crops the KV cache back to them,
-    so the invariant holds again. Where shapes are fixed, k must be under the step's rows. Returns
-    (the draft, the position it was copied after, the accepted tokens)."""
+    so the invariant holds again (with `hidden`, the hidden rows too). Where shapes are fixed, k must
+    be under the step's rows. Returns the accepted tokens."""
     n = context.n
-    draft, origin = drafter.propose(context, k)
     fed = [int(context.tokens[n - 1])] + draft
     rows = exactness.STEP_ROWS[model.device.type] if exactness.fixed_shapes(model) else len(fed)
-    out = forward(model, fed + fed[-1:] * (rows - len(fed)), context.cache, bool(drafter.layers), rows)
+    out = forward(model, fed + fed[-1:] * (rows - len(fed)), context.cache, hidden, rows)
     logits = out.logits[0, :len(fed)]
     if sampling.temperature > 0:
         accepted, bonus = verify_sampled(logits, draft, sampling, generator)
@@ -117,7 +120,28 @@ def step(model, context: Context, drafter: Drafter, k: int, sampling: Sampling,
     context.cache.crop(accepted + 1 - rows)  # negative: how many rejected (and padding) positions to drop
     context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
     context.append(draft[:accepted] + [bonus])
-    return draft, origin, draft[:accepted] + [bonus]
+    return draft[:accepted] + [bonus]
+
+
+def tree_fits(model, context: Context, rows: int) -> bool:
+    """Whether a token tree of `rows` rows can be verified in one forward of `model` now (`tree_attention.takes`)."""
+    return transformer.fits(model) and tree_attention.takes(model, context.cache, rows)
+
+
+def tree_step(model, context: Context, tree: TokenTree, hidden: bool) -> tuple[list[int], int]:
+    """One forward pass over a token tree (greedy): the longest path from its root that greedy decoding
+    follows, and the model's next token, appended to the context; the KV cache (and with `hidden` the hidden
+    rows) then hold the path's rows alone, as a chain's step would leave them. Returns (the accepted tokens,
+    the origin of the path's last row: the best-ranked branch through it)."""
+    n = context.n
+    rows = tree_attention.Tree.of(tree.parents)
+    out = forward(model, tree.tokens, context.cache, hidden, len(tree.tokens), rows)
+    path, bonus = verify_tree_greedy(out.logits[0], tree.children)
+    tree_attention.keep(rows, context.cache, path)
+    context.store_hidden(tuple(state[:, path] for state in out.hidden_states or ()), n - 1, len(path))
+    tokens = [tree.tokens[row] for row in path[1:]] + [bonus]
+    context.append(tokens)
+    return tokens, tree.origins[path[-1]] if len(path) > 1 else tree.first()[1]
 
 
 def copied_sources(context: Context, origin: int, accepted: int, previous: int | None) -> list[int | None]:
@@ -147,7 +171,8 @@ def trimmed(tokens: list[int], sources: list[int | None], eos: frozenset[int],
 
 def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
            draft_tokens: int | AdaptiveDraftLength, sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
-           cancel: threading.Event | None = None, prefixes: PrefixCache | None = None) -> Iterator[Step]:
+           cancel: threading.Event | None = None, prefixes: PrefixCache | None = None,
+           branches: int = 1) -> Iterator[Step]:
     """Yield one Step per forward pass until EOS, `max_new_tokens`, or `cancel` is set.
 
     A draft is cut to the tokens left (it never reaches past `max_new_tokens`) and to the rows one
@@ -155,7 +180,8 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     and one step's rows, so no draft runs past its end.
 
     With `prefixes`, the longest prompt prefix seen recently is restored instead of recomputed
-    (never all of it: the last prefilled position is recomputed so there is something to feed).
+    (never all of it: the last prefilled position is recomputed so there is something to feed). With
+    `branches` > 1, greedy steps verify that many candidates' continuations together (`verified`).
     """
     if cancel is not None and cancel.is_set():
         return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
@@ -171,7 +197,7 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     produced = 0
     while produced < max_new_tokens and not (cancel and cancel.is_set()):
         done = next_step(model, context, drafter, draft_length, step_rows, max_new_tokens - produced, sampling,
-                         generator, sources, eos)
+                         generator, sources, eos, branches)
         produced += len(done.tokens)
         yield done
         if done.finished:
@@ -180,17 +206,37 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
 
 def next_step(model, context: Context, drafter: Drafter, draft_length: AdaptiveDraftLength | FixedDraftLength,
               step_rows: int, left: int, sampling: Sampling, generator: torch.Generator, sources: list[int | None],
-              eos: frozenset[int]) -> Step:
-    """One step of `decode` with `left` tokens still to make (at least one): a draft of the chosen length
-    cut to `left` and to the step's rows, verified and accepted (`step`), the draft length told what was
-    accepted, the tokens kept cut at EOS and at `left`, their sources appended to `sources` (one per
-    context position). Its `seconds` are the whole step's, forward and everything around it."""
+              eos: frozenset[int], branches: int = 1) -> Step:
+    """One step of `decode` with `left` tokens still to make (at least one): drafts of the chosen length
+    cut to `left` and to the step's rows, verified and accepted (`verified`), the draft length told what its
+    accepted branch got, the tokens kept cut at EOS and at `left`, their sources (the accepted branch's)
+    appended to `sources` (one per context position). Its `seconds` are the whole step's, forward and
+    everything around it."""
     started = time.perf_counter()
     k = min(draft_length.choose(), left - 1, step_rows - 1)
-    draft, origin, tokens = step(model, context, drafter, k, sampling, generator)
+    tokens, origin, drafted, branch = verified(model, context, drafter, k, step_rows, branches, sampling, generator)
     accepted = len(tokens) - 1
-    draft_length.update(len(draft), accepted)
+    draft_length.update(branch, accepted)
     copied = copied_sources(context, origin, accepted, sources[-1])
     tokens, copied, finished = trimmed(tokens, copied, eos, left)
     sources += copied
-    return Step(tokens, copied, len(draft), accepted, time.perf_counter() - started, finished)
+    return Step(tokens, copied, drafted, accepted, time.perf_counter() - started, finished)
+
+
+def verified(model, context: Context, drafter: Drafter, k: int, rows: int, branches: int, sampling: Sampling,
+             generator: torch.Generator) -> tuple[list[int], int, int, int]:
+    """A step's forward: with `branches` > 1, greedy decoding and a tree that fits `rows` and the context
+    (`tree_fits`), the continuations of up to `branches` best-ranked candidates as a token tree (`tree_step`);
+    else, or where the tree has one branch, the drafter's chain (`step`). Returns (the accepted tokens, the
+    origin they were copied after, the draft tokens verified, the length of the accepted branch's draft)."""
+    hidden = bool(drafter.layers)
+    rows = min(rows, len(context.tokens) - (context.n - 1))
+    if branches > 1 and sampling.temperature == 0 and k > 0 and tree_fits(model, context, rows):
+        tree = grow(context, drafter.rank(context), k, branches, rows)
+        if tree.branches > 1:
+            tokens, origin = tree_step(model, context, tree, hidden)
+            return tokens, origin, len(tree.tokens) - 1, tree.drafts[origin]
+        draft, origin = tree.first()
+    else:
+        draft, origin = drafter.propose(context, k)
+    return step(model, context, draft, hidden, sampling, generator), origin, len(draft), len(draft)

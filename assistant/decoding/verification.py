@@ -3,7 +3,9 @@ one forward pass over the draft.
 
 Invariant: greedy verification accepts exactly the draft tokens that greedy decoding would have
 chosen, then the model's own next token, so the output is token-identical to plain decoding.
-Sampled verification accepts d_i with the model's probability p(d_i) and otherwise samples from p
+A token tree's greedy verification follows from its root the child greedy decoding chooses, as long as
+there is one, which is the longest branch prefix greedy decoding would produce (a tree's children differ by
+token, so at most one is chosen). Sampled verification accepts d_i with the model's probability p(d_i) and otherwise samples from p
 with d_i removed, which keeps the model's distribution exactly (the draft is a point mass).
 """
 
@@ -44,6 +46,16 @@ def verify_greedy(logits: torch.Tensor, draft: list[int]) -> tuple[int, int]:
     while accepted < len(draft) and draft[accepted] == predicted[accepted]:
         accepted += 1
     return accepted, predicted[accepted]
+
+
+def verify_tree_greedy(logits: torch.Tensor, children: list[dict[int, int]]) -> tuple[list[int], int]:
+    """(the rows of the accepted path from the root, next token) under greedy decoding: logits are a token
+    tree's rows [rows, vocab], children[r] maps a token to the row that drafts it after row r."""
+    predicted = logits.argmax(-1).tolist()
+    path = [0]
+    while (child := children[path[-1]].get(predicted[path[-1]])) is not None:
+        path.append(child)
+    return path, predicted[path[-1]]
 
 
 def verify_sampled(logits: torch.Tensor, draft: list[int], sampling: Sampling,

@@ -99,6 +99,21 @@ def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: 
     return out
 
 
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
+           index: int, module) -> torch.Tensor:
+    """Decoder layer `index`'s attention of n new rows after the positions in `cache`, from its projections
+    (query [1, n, heads x dim], key and value [1, n, kv_heads x dim]) and their rotations cos and sin [1, n, dim]:
+    `projected` where the kernel takes them, else rotated, written to the cache and attended here, the same
+    bits; returns [1, n, heads, dim] and leaves the n rows' keys and values in the cache."""
+    out = projected(query, key, value, cos, sin, cache.layers[index], module.scaling)
+    if out is not None:
+        return out
+    shape = (1, query.shape[1], -1, module.head_dim)
+    query, key = apply_rotary_pos_emb(query.view(shape).transpose(1, 2), key.view(shape).transpose(1, 2), cos, sin)
+    key, value = cache.update(key, value.view(shape).transpose(1, 2), index)
+    return attention(module, query, key, value, None, module.scaling)[0]
+
+
 def few_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
     """softmax(q k^T * scaling + causal mask) v, each query row computed as a step of that query alone
     computes it: query [b, h, q, d], key and value [b, kv_h, k, d] (h a multiple of kv_h, q <= k);

@@ -15,9 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-from assistant.model import attention, weights
+from assistant.model import attention, tree_attention, weights
 
 FAMILIES = ("llama", "qwen2")
 
@@ -34,26 +32,28 @@ def fits(model) -> bool:
     return config.model_type in FAMILIES and config._attn_implementation == attention.NAME and attention.fits(config)
 
 
-def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int) -> Output:
+def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
+            tree: tree_attention.Tree | None = None) -> Output:
     """The logits of the last `logits_to_keep` of `ids` [1, n], which follow the positions in `cache`
-    (updated in place), and with `hidden` the hidden states that transformers returns."""
+    (updated in place), and with `hidden` the hidden states that transformers returns. With `tree`, ids are
+    a token tree's rows, each at the position of its depth, attended as the chain to it would be; the cache
+    is left as it was, for `tree_attention.keep` to add the accepted rows."""
     inner = model.model
     x = inner.embed_tokens(ids)
     n, start = ids.shape[1], cache.get_seq_length()
-    cos, sin = inner.rotary_emb(x, torch.arange(start, start + n, device=ids.device)[None])
+    offsets = torch.arange(n) if tree is None else tree.depths
+    cos, sin = inner.rotary_emb(x, (start + offsets.to(ids.device))[None])
     states = []
     for i, layer in enumerate(inner.layers):
         if hidden:
             states.append(x)
         attn = layer.self_attn
         h = layer.input_layernorm(x)
-        shape = (1, n, -1, attn.head_dim)
         q, k, v = weights.products(h, (attn.q_proj, attn.k_proj, attn.v_proj))
-        out = attention.projected(q, k, v, cos, sin, cache.layers[i], attn.scaling)
-        if out is None:
-            q, k = apply_rotary_pos_emb(q.view(shape).transpose(1, 2), k.view(shape).transpose(1, 2), cos, sin)
-            k, v = cache.update(k, v.view(shape).transpose(1, 2), i)
-            out, _ = attention.attention(attn, q, k, v, None, attn.scaling)
+        if tree is None:
+            out = attention.attend(q, k, v, cos, sin, cache, i, attn)
+        else:
+            out = tree_attention.attend(tree, q, k, v, cos, sin, cache, i, attn)
         x = x + attn.o_proj(out.reshape(1, n, -1))
         mlp = layer.mlp
         gate, up = weights.products(layer.post_attention_layernorm(x), (mlp.gate_proj, mlp.up_proj))
