@@ -7,7 +7,9 @@ lookup (`hf-pld`), llama.cpp (`llama-cpp`) and, on CanItEdit, the benchmark's ow
 the engine (`reference-prompt`). An engine strategy may run on other weights (`ar@float32`) or with
 another number of repair passes (`pld+h@repairs=0`), or in one pass where it would edit definition by
 definition (`pld+h@one-pass`: the single pass the per-definition passes are measured against), or with
-drafts that never grow past the tuned ceiling (`pld+h@long-drafts=0`: what long drafts are measured against).
+drafts that never grow past the tuned ceiling (`pld+h@long-drafts=0`: what long drafts are measured against),
+or verifying the continuations of N best-ranked candidates together as a token tree (`pld+h@tree=N`, N from 2
+to 8: measured against the default's one chain).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ MAX_DRAFT = exactness.FEW - 1  # `--max-draft`: a draft and its token fit the ro
 REPAIRS = re.compile(r"repairs=([0-9]+)")  # a strategy's variant with another number of repair passes
 ONE_PASS = "one-pass"  # a strategy's variant that makes an edit asked of each definition in one pass
 SHORT_DRAFTS = "long-drafts=0"  # a strategy's variant whose drafts never grow past the tuned ceiling
+TREE = re.compile(r"tree=([2-8])")  # a strategy's variant that verifies N candidates' drafts as one token tree
 
 
 class BenchError(ValueError):
@@ -80,12 +83,13 @@ def planned_strategies(strategies: list[str]) -> list[str]:
         base, at, other = strategy.partition("@")
         if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
                                                (other in weights.FORMATS or other in (ONE_PASS, SHORT_DRAFTS)
-                                                or REPAIRS.fullmatch(other))):
+                                                or REPAIRS.fullmatch(other) or TREE.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
                              f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
                              f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
                              f"where it would edit definition by definition, pld+h@{ONE_PASS}, or with drafts "
-                             f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}")
+                             f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}, or with a token tree of N "
+                             f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

@@ -162,11 +162,13 @@ class Assistant(Engine):
     """A loaded model that rewrites. `draft_ceiling` bounds the adaptive draft length (None: the
     model's tuned value), past which drafts grow while accepted whole with `long_drafts` (up to
     `exactness.longest_draft`); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
-    `repairs` is the most repair passes an answer gets unless its request says (0: none)."""
+    `repairs` is the most repair passes an answer gets unless its request says (0: none); `branches` is how
+    many best-ranked candidates' continuations a greedy step verifies together as a token tree (1: one
+    chain, the default until a quiet machine measures the tree faster; `decoding.tree`)."""
 
     def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
                  device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None,
-                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True):
+                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True, branches: int = 1):
         settings = config.settings()
         self.strategy = check_strategy(strategy)
         self.repairs = check_repairs(repairs)
@@ -175,6 +177,9 @@ class Assistant(Engine):
         self.tuned = tuning.tuned(self.loaded)
         self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
         self.longest_draft = longest_draft(self.loaded.model) if long_drafts else 0
+        if branches < 1:
+            raise ValueError(f"branches must be at least 1, not {branches}")
+        self.branches = branches
         self.reuse_prefixes(settings.prefix_cache_mb if prefix_cache_mb is None else prefix_cache_mb)
         self._queue = TurnQueue()
         # Measured once per machine, then read; a padded step costs the same whatever its draft.
@@ -407,7 +412,7 @@ class Assistant(Engine):
 
         with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
                             draft_tokens=draft_tokens, sampling=Sampling(request.temperature, request.top_k, request.top_p, request.seed), eos=self.loaded.eos, cancel=cancel,
-                            prefixes=prefixes)) as steps_iter:
+                            prefixes=prefixes, branches=self.branches)) as steps_iter:
             for step in steps_iter:
                 steps += 1
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted

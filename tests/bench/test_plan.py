@@ -56,7 +56,21 @@ def test_drafts_that_stop_at_the_ceiling_are_a_row_of_their_own_checked_against_
     assert run.expected("pld+h@long-drafts=0", {"ar": ar}) == "answer"  # plain decoding drafts nothing
 
 
+def test_a_token_tree_of_candidates_is_a_row_of_its_own_checked_against_ar():
+    planned = plan.plan(parse("--strategies", "pld+h,pld+h@tree=3")).strategies
+    assert planned == ["ar", "pld+h", "pld+h@tree=3"]
+    loads, other = [], argparse.Namespace(measured_costs=lambda: None)
+    runner = generators.Runner(argparse.Namespace(loaded=argparse.Namespace(weights="gguf")), None, "smollm2-135m",
+                               lambda weights, branches=1: loads.append((weights, branches)) or other)
+    assert runner.with_weights("pld+h@tree=3") == (other, "pld+h", {})
+    assert loads == [("gguf", 3)]  # the same weights, three branches
+    ar = generators.Run("answer", 10, True, 1.0)
+    assert run.expected("pld+h@tree=3", {"ar": ar}) == "answer"  # plain decoding drafts nothing
+
+
 @pytest.mark.parametrize("argv, message", [
+    (("--strategies", "pld+h@tree=1"), "or with a token tree of N candidates' drafts (N from 2 to 8)"),
+    (("--strategies", "pld+h@tree=9"), "such as pld+h@tree=3"),
     (("--tasks", "poetry"), "unknown task 'poetry'"),
     (("--strategies", "pld+h@long-drafts=1"), "drafts that stop at the tuned ceiling, pld+h@long-drafts=0"),
     (("--max-draft", "64"), "--max-draft must be between 1 and 63"),

@@ -156,3 +156,12 @@ def test_trees_are_cut_at_the_tokens_left_and_the_context_end(tiny_model, trees,
     for tree in trees:
         assert max(tree.drafts.values()) <= 6 and tree_attention.Tree.of(tree.parents).depths.max() <= 6
 
+
+def test_the_engine_setting_keeps_plain_decodings_answers(embedded, trees, monkeypatch):
+    document = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(8)) + "def g(x):\n    return x * 2\n"
+    instruction = "Rename the parameter x to value."
+    expected = embedded.rewrite_text(document, instruction, strategy="ar", max_new_tokens=160).text
+    monkeypatch.setattr(embedded, "branches", 3)
+    for strategy in ("pld", "pld+h"):
+        assert embedded.rewrite_text(document, instruction, strategy=strategy, max_new_tokens=160).text == expected
+    assert trees
