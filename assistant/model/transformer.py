@@ -41,8 +41,9 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
     inner = model.model
     x = inner.embed_tokens(ids)
     n, start = ids.shape[1], cache.get_seq_length()
-    offsets = torch.arange(n) if tree is None else tree.depths
-    cos, sin = inner.rotary_emb(x, (start + offsets.to(ids.device))[None])
+    offsets = torch.arange(n, device=ids.device) if tree is None else tree.depths.to(ids.device)
+    positions = start + offsets
+    cos, sin = inner.rotary_emb(x, positions[None])
     states = []
     for i, layer in enumerate(inner.layers):
         if hidden:

@@ -12,7 +12,7 @@ from assistant.decoding import loop
 from assistant.decoding.drafters import Context, HiddenDraft, NgramDraft, NoDraft, Ranking
 from assistant.decoding.tree import TokenTree, grow
 from assistant.decoding.verification import Sampling
-from assistant.model import tree_attention
+from assistant.model import attention, tree_attention
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -88,6 +88,34 @@ def test_the_accepted_branch_is_what_its_tokens_are_attributed_to(tiny_model, tr
     context = prompt + expected
     for step in steps:  # the tokens are the copies they are attributed to
         assert all(source is None or context[source] == token for source, token in zip(step.sources, step.tokens))
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_every_row_of_a_tree_has_the_bits_of_the_chain_to_it(tiny_model, monkeypatch, kernel):
+    """On the attention kernel and on `few_queries`. Each chain is padded to the tree's rows (copies of its
+    last token, after it), so that products whose bits depend on the count of rows (MKL's float32 with 1 or
+    2 rows) cannot hide a difference in attention."""
+    if not kernel:
+        monkeypatch.setattr(attention, "kernel_takes", lambda key, value: False)
+    prompt = prompts()[2]
+    context = loop.start(tiny_model, prompt, 200, ())
+    loop.prefill(tiny_model, prompt[:-1], context, None)
+    tree = TokenTree([prompt[-1]], [-1], [-1], [{}])
+    for origin, draft in enumerate(([1, 2, 3, 4], [1, 2, 5], [6, 7], [1, 8, 9, 10, 11])):
+        row = 0
+        for token in draft:
+            row = tree.children[row].get(token) or tree.add(row, token, origin)
+    rows = tree_attention.Tree.of(tree.parents)
+    out = loop.forward(tiny_model, tree.tokens, context.cache, True, len(tree.tokens), rows)
+    assert context.cache.get_seq_length() == len(prompt) - 1  # left as it was
+    for row in range(len(tree.tokens)):
+        path = tree_attention.path(tree.parents, row)
+        fed = [tree.tokens[r] for r in path] + [tree.tokens[row]] * (len(tree.tokens) - len(path))
+        chain = loop.forward(tiny_model, fed, context.cache, True, len(fed))
+        context.cache.crop(-len(fed))
+        assert torch.equal(out.logits[0, row], chain.logits[0, len(path) - 1])
+        assert all(torch.equal(ours[0, path], theirs[0, :len(path)])
+                   for ours, theirs in zip(out.hidden_states, chain.hidden_states))
 
 
 def test_a_tree_leaves_the_cache_and_hidden_rows_a_chain_would(tiny_model):
