@@ -124,7 +124,8 @@ def step(model, context: Context, draft: list[int], hidden: bool, sampling: Samp
 
 
 def tree_fits(model, context: Context, rows: int) -> bool:
-    """Whether a token tree of `rows` rows can be verified in one forward of `model` now (`tree_attention.takes`)."""
+    """Whether a token tree of `rows` rows can be verified in one forward of `model` now: our forward
+    (`transformer.fits`) and `tree_attention.takes`."""
     return transformer.fits(model) and tree_attention.takes(model, context.cache, rows)
 
 
@@ -141,7 +142,7 @@ def tree_step(model, context: Context, tree: TokenTree, hidden: bool) -> tuple[l
     context.store_hidden(tuple(state[:, path] for state in out.hidden_states or ()), n - 1, len(path))
     tokens = [tree.tokens[row] for row in path[1:]] + [bonus]
     context.append(tokens)
-    return tokens, tree.origins[path[-1]] if len(path) > 1 else tree.first()[1]
+    return tokens, tree.origins[path[-1]] if len(path) > 1 else tree.best
 
 
 def copied_sources(context: Context, origin: int, accepted: int, previous: int | None) -> list[int | None]:

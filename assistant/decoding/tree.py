@@ -33,6 +33,11 @@ class TokenTree:
     def branches(self) -> int:
         return len(self.drafts)
 
+    @property
+    def best(self) -> int:
+        """The best-ranked branch's origin (-1 for a tree without branches)."""
+        return next(iter(self.drafts), -1)
+
     def add(self, parent: int, token: int, origin: int) -> int:
         """A new row of `token` after `parent`, copied from `origin`'s continuation; returns it."""
         self.children[parent][token] = len(self.tokens)
@@ -44,9 +49,8 @@ class TokenTree:
 
     def first(self) -> tuple[list[int], int]:
         """The best-ranked branch alone: its draft and origin (([], -1) for a tree without branches)."""
-        origin = next(iter(self.drafts), -1)
-        rows = [r for r in range(1, len(self.tokens)) if self.origins[r] == origin]
-        return [self.tokens[r] for r in rows], origin
+        rows = [r for r in range(1, len(self.tokens)) if self.origins[r] == self.best]
+        return [self.tokens[r] for r in rows], self.best
 
 
 def grow(context: Context, ranked: np.ndarray, k: int, branches: int, rows: int) -> TokenTree:

@@ -3,10 +3,11 @@ one forward pass over the draft.
 
 Invariant: greedy verification accepts exactly the draft tokens that greedy decoding would have
 chosen, then the model's own next token, so the output is token-identical to plain decoding.
-A token tree's greedy verification follows from its root the child greedy decoding chooses, as long as
-there is one, which is the longest branch prefix greedy decoding would produce (a tree's children differ by
-token, so at most one is chosen). Sampled verification accepts d_i with the model's probability p(d_i) and otherwise samples from p
-with d_i removed, which keeps the model's distribution exactly (the draft is a point mass).
+A token tree's greedy verification follows from its root the child greedy decoding chooses, as long
+as there is one: the longest branch prefix greedy decoding would produce (a row's children differ by
+token, so at most one is chosen). Sampled verification accepts d_i with the model's probability p(d_i)
+and otherwise samples from p with d_i removed, which keeps the model's distribution exactly (the draft
+is a point mass).
 """
 
 from __future__ import annotations
