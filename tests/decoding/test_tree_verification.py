@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from assistant.decoding import loop
-from assistant.decoding.drafters import Context, HiddenDraft, NgramDraft, NoDraft, Ranking
+from assistant.decoding.drafters import AttentionDraft, Context, HiddenDraft, NgramDraft, NoDraft, Ranking
 from assistant.decoding.tree import TokenTree, grow
 from assistant.decoding.verification import Sampling
 from assistant.model import attention, tree_attention
@@ -64,7 +64,7 @@ def prompts() -> list[list[int]]:
 @pytest.mark.parametrize("prompt", prompts())
 def test_a_tree_of_candidates_gives_plain_decodings_tokens_and_sources(tiny_model, trees, prompt):
     expected = plain(tiny_model, prompt, 100)
-    for drafter in (NgramDraft(), HiddenDraft(1), Worst()):
+    for drafter in (NgramDraft(), HiddenDraft(1), AttentionDraft(tiny_model, [(0, 0), (1, 1)]), Worst()):
         for branches in (2, 4):
             steps = list(loop.decode(tiny_model, prompt, drafter, max_new_tokens=100, draft_tokens=6,
                                      branches=branches))
