@@ -151,7 +151,7 @@ def served_engine(tmp_path_factory):
     """`assistant serve` in a subprocess on the test model; yields its URL."""
     port = free_port()
     command = [sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)]
-    with server_process(command, port, tmp_path_factory.mktemp("serve") / "server.log", "assistant serve", 300) as url:
+    with server_process(command, port, tmp_path_factory.mktemp("serve") / "server.log", "assistant serve", 300) as (_, url):
         yield url
 
 

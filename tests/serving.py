@@ -52,9 +52,10 @@ def serve(app, health: str | None = "/health", config=server_config):
 
 
 @contextmanager
-def server_process(command: list[str], port: int, log: Path, what: str, seconds: float) -> Iterator[str]:
+def server_process(command: list[str], port: int, log: Path, what: str,
+                   seconds: float) -> Iterator[tuple[subprocess.Popen, str]]:
     """Run `command`, a server that listens on 127.0.0.1:`port` with its output in `log`, until GET /health
-    answers 200 within `seconds`; yields its URL, and ends it after."""
+    answers 200 within `seconds`; yields the process and its URL, and ends it after if still running."""
     with log.open("w") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -68,7 +69,7 @@ def server_process(command: list[str], port: int, log: Path, what: str, seconds:
 
     try:
         eventually(ready, f"{what} did not come up", seconds)
-        yield url
+        yield server, url
     finally:
         server.terminate()
         server.wait(timeout=120)

@@ -13,10 +13,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
-from serving import eventually, free_port
+from serving import free_port, server_process
 
 from assistant.http.generations import STOPPING
 from assistant.http.server import STOP_SECONDS
@@ -28,26 +29,12 @@ LONG = {"messages": [{"role": "user", "content": "Write a very long story about 
 
 
 @contextmanager
-def assistant_serve() -> Iterator[tuple[subprocess.Popen, str]]:
-    """`assistant serve` on a free port, once /health answers 200; killed after if still running."""
+def assistant_serve(log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`assistant serve` on a free port, its output in `log`, once /health answers 200."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert process.poll() is None, f"assistant serve stopped:\n{process.stderr.read()}"
-        try:
-            return httpx.get(f"{url}/health").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        eventually(ready, "assistant serve did not load its model", 180)
+    with server_process([sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)], port, log,
+                        "assistant serve", 180) as (process, url):
         yield process, url
-    finally:
-        process.kill()
-        process.wait()
 
 
 def written(line: str) -> str:
@@ -56,23 +43,25 @@ def written(line: str) -> str:
     return "".join(choice["delta"].get("content") or "" for choice in chunk.get("choices", []))
 
 
-def ended_cleanly(process: subprocess.Popen) -> None:
-    errors = process.communicate(timeout=EXIT_SECONDS)[1]
+def ended_cleanly(process: subprocess.Popen, log: Path) -> None:
+    process.wait(timeout=EXIT_SECONDS)
+    errors = log.read_text()
     assert process.returncode == 0, errors
     assert "Traceback" not in errors and "terminate called" not in errors, errors
 
 
 @SIGNALS
-def test_a_signal_ends_an_idle_server_with_status_0(signum):
-    with assistant_serve() as (process, _):
+def test_a_signal_ends_an_idle_server_with_status_0(signum, tmp_path):
+    with assistant_serve(tmp_path / "serve.log") as (process, _):
         process.send_signal(signum)
-        ended_cleanly(process)
+        ended_cleanly(process, tmp_path / "serve.log")
 
 
 @SIGNALS
-def test_a_signal_ends_a_streaming_answer_with_an_error_event_and_the_server(signum):
-    with assistant_serve() as (process, url), httpx.stream("POST", f"{url}/v1/chat/completions", json=LONG,
-                                                           timeout=60) as answer:
+def test_a_signal_ends_a_streaming_answer_with_an_error_event_and_the_server(signum, tmp_path):
+    log = tmp_path / "serve.log"
+    with assistant_serve(log) as (process, url), httpx.stream("POST", f"{url}/v1/chat/completions", json=LONG,
+                                                              timeout=60) as answer:
         lines = answer.iter_lines()
         next(line for line in lines if written(line))  # the model is writing
         process.send_signal(signum)
@@ -81,12 +70,12 @@ def test_a_signal_ends_a_streaming_answer_with_an_error_event_and_the_server(sig
         assert time.monotonic() - signalled < EXIT_SECONDS, "the stream went on after the signal"
         assert rest and json.loads(rest[-1].removeprefix("data: "))["error"]["message"] == STOPPING, rest[-3:]
         assert "data: [DONE]" not in rest
-        ended_cleanly(process)
+        ended_cleanly(process, log)
 
 
-def test_health_answers_beside_300_idle_and_unfinished_connections():
+def test_health_answers_beside_300_idle_and_unfinished_connections(tmp_path):
     """A browser's preconnects or a scanner's probes: connections that send nothing or half a request."""
-    with assistant_serve() as (_, url):
+    with assistant_serve(tmp_path / "serve.log") as (_, url):
         port = int(url.rsplit(":", 1)[1])
         idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(300)]
         try:
