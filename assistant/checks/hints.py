@@ -1,12 +1,13 @@
-"""Undefined names in the type hints an edit added that need no model to fix: missing `typing`
-imports and unquoted forward references.
+"""Undefined names in the type hints an edit added that need no model to fix: missing `typing` and
+`types` imports and unquoted forward references.
 
 Asked for type hints, a 1.5B model writes `Tuple[float, float]` or `typing.Optional[str]` and no
 import, or `def copy(self) -> Box:` inside `class Box`, evaluated before `Box` exists; either way
 the module fails at import with a NameError (ruff's F821). Neither fix is a guess:
 - a name that is `typing` itself or one `typing` exports gets its import, `import typing` or one
   `from typing import ...` for the names, on lines of their own before the module's first statement
-  that is neither its docstring nor a `from __future__` import;
+  that is neither its docstring nor a `from __future__` import; so does a class that `types` exports
+  and `typing` does not (`-> CodeType`: `from types import CodeType`);
 - a name in an annotation that the module defines as a class or at its own level, later than the
   annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
   spells it, which changes nothing at run time.
@@ -16,6 +17,7 @@ Any other undefined name is left to a repair pass of the model.
 from __future__ import annotations
 
 import ast
+import types
 import typing
 
 from assistant.checks.lint import check_python
@@ -24,6 +26,7 @@ from assistant.checks.rename import module_names
 from assistant.checks.report import Fix, Problem
 
 TYPING_NAMES = frozenset(typing.__all__)
+TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
 
 
 def hint_fixes(before: str, after: str) -> list[Fix]:
@@ -36,14 +39,15 @@ def hint_fixes(before: str, after: str) -> list[Fix]:
     undefined = [problem for problem in check_python(before, after).problems if problem.code == "F821"]
     quoted = _forward_references(tree, after, undefined)
     names = {after[problem.start:problem.end] for problem in undefined} - {after[fix.start:fix.end] for fix in quoted}
-    return sorted(_typing_imports(tree, after, names) + quoted)
+    return sorted(_imports(tree, after, names) + quoted)
 
 
-def _typing_imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
-    """The insertion of the imports of those of `names` that are `typing` or its exports."""
+def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
+    """The insertion of the imports of those of `names` that are `typing`, its exports or classes of `types`."""
     lines = ["import typing\n"] if "typing" in names else []
-    imported = sorted(names & TYPING_NAMES)
-    lines += [f"from typing import {', '.join(imported)}\n"] if imported else []
+    for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES)):
+        imported = sorted(names & exported)
+        lines += [f"from {module} import {', '.join(imported)}\n"] if imported else []
     at = _first_statement(tree, text)
     return [Fix(at, at, "".join(lines), None)] if lines and at is not None else []
 

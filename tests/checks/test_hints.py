@@ -22,6 +22,14 @@ def test_names_typing_does_not_export_are_left_to_the_model():
     assert hint_fix_edit(BEFORE, after, language="python", instruction=HINTS) == []
 
 
+def test_classes_of_types_get_their_import_too():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: CodeType, s: List[ModuleType]) -> None:")
+    [fix] = hint_fix_edit(BEFORE, after, language="python", instruction=HINTS)
+    fixed = applied(after, [fix])
+    assert "from typing import List\nfrom types import CodeType, ModuleType\nimport math\n" in fixed
+    assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
+
+
 def test_only_type_hint_edits_get_imports():
     assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Add docstrings.") == []
     assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Fix the bug.") == []
