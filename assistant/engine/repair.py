@@ -13,7 +13,8 @@ and the definitions removed or added (`checks.restorable_edit`), then the missin
 are written and forward references quoted (`checks.hint_fix_edit`). Asked to repair such answers,
 a 1.5B model gives them back unchanged.
 While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
-original instruction followed by the problems, line by line; when some problem is code the edit
+original instruction followed by the problems, line by line (by default not for an edit that should only
+annotate or document, where such passes were measured to give the problems back: `model_passes`); when some problem is code the edit
 changed, the text before the edit is shown beside it, read-only, to restore from. Each repaired
 answer is checked against the original document again and kept only if it finished with fewer
 problems than the answer it repaired; otherwise it is dropped and repairing stops there (a pass
@@ -148,9 +149,18 @@ class Answers(Protocol):
 
 def checked(engine: Answers, request: Request, attempts: int, cancel: threading.Event | None) -> Iterator[Event]:
     """The events of the engine's answer to `request`, then its Result checked and, while problems remain,
-    repaired with up to `attempts` further answers of the engine. The answer is asked for now, so a request
-    the engine refuses raises RewriteError here, before anything runs."""
+    repaired (`attempts` 0: not at all) without a model, then with up to `model_passes` further answers of the
+    engine. The answer is asked for now, so a request the engine refuses raises RewriteError here, before
+    anything runs."""
     return _checked(engine, request, engine.answer(request, cancel), attempts, cancel)
+
+
+def model_passes(request: Request, attempts: int) -> int:
+    """The model repair passes an answer may get: `attempts`, but none unless the request asks for them where
+    the edit should only annotate or document. There the fixes without a model repair what they can, and the
+    1.5B's passes gave the problems back: asked of standard-library modules, 1 pass in 16 was kept, each
+    costing 35 to 270 s (docs/speed.md, "Model repair passes")."""
+    return 0 if request.repairs is None and checks.preserving(request.instruction) else attempts
 
 
 def _checked(engine: Answers, request: Request, first: Iterator[Event], attempts: int,
@@ -176,7 +186,8 @@ def _checked(engine: Answers, request: Request, first: Iterator[Event], attempts
         repairs.append(restoring[0])
         if restoring[0].kept:
             result, check = restoring[1], restoring[2]
-    while check.problems and len(passes) - 1 < attempts and not (cancel is not None and cancel.is_set()):
+    allowed = model_passes(request, attempts)
+    while check.problems and len(passes) - 1 < allowed and not (cancel is not None and cancel.is_set()):
         yield Repairing(check.problems, len(repairs) + 1)
         repair, answer, answer_check = attempt(engine, request, edit, result, check, len(repairs) + 1, cancel)
         if repair is None:

@@ -56,13 +56,15 @@ def events(*items):
     yield from items
 
 
-def request(edit: Edit) -> Request:
-    return Request(edit.document, edit.instruction, edit.selection, edit.references, language=edit.language)
+def request(edit: Edit, repairs: int | None = None) -> Request:
+    return Request(edit.document, edit.instruction, edit.selection, edit.references, language=edit.language,
+                   repairs=repairs)
 
 
 def checked_events(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2, cancel=None) -> list:
+    """The events of `checked` on a request that asks for `attempts` repairs (model passes included)."""
     passes.first = first_answer
-    return list(checked(passes, request(edit), attempts, cancel))
+    return list(checked(passes, request(edit, attempts), attempts, cancel))
 
 
 def run(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2):
@@ -365,3 +367,15 @@ def test_check_edit_results_are_mapped_not_altered():
     check = Edit(DOCUMENT, INSTRUCTION, language="python").check(UNDEFINED)
     assert isinstance(check, Check) and all(isinstance(p, Problem) for p in check.problems)
     assert check == checks.check_edit(DOCUMENT, UNDEFINED, language="python", instruction=INSTRUCTION)
+
+
+def test_an_edit_that_should_only_annotate_gets_no_model_pass_unless_asked():
+    """By default (the request says no number), the problems an annotating or documenting edit keeps after the
+    fixes without a model are named, not given to the model; a request that asks for repairs gets the passes."""
+    passes = Passes(answer(HINTED))
+    passes.first = answer(UNDEFINED)
+    result = list(checked(passes, request(PYTHON), 2, None))[-1]
+    assert result.repairs == () and result.problems and passes.asked == []
+    passes = Passes(answer(HINTED))
+    passes.first = answer(UNDEFINED)
+    assert list(checked(passes, request(PYTHON, 2), 2, None))[-1].repairs
