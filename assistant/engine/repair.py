@@ -158,7 +158,7 @@ def checked(engine: Answers, request: Request, attempts: int, cancel: threading.
 def model_passes(request: Request, attempts: int) -> int:
     """The model repair passes an answer may get: `attempts`, but none unless the request asks for them where
     the edit should only annotate or document. There the fixes without a model repair what they can, and the
-    1.5B's passes gave the problems back: asked of standard-library modules, 1 pass in 16 was kept, each
+    1.5B's passes gave the problems back: asked of standard-library modules, 1 pass in 14 was kept, each
     costing 35 to 270 s (docs/speed.md, "Model repair passes")."""
     return 0 if request.repairs is None and checks.preserving(request.instruction) else attempts
 
