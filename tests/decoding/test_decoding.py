@@ -20,14 +20,7 @@ from assistant.decoding.verification import Sampling, verify_sampled
 from assistant.engine.assistant import WARM_CHUNK
 from assistant.model import exactness, weights
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny forwards are dominated by thread start-up on a shared machine; one thread is ~10x faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Checked:

@@ -12,15 +12,10 @@ from assistant.decoding.draft_length import FLAT, AdaptiveDraftLength
 from assistant.decoding.drafters import Context, HiddenDraft, NgramDraft, NoDraft
 from assistant.model import exactness
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 NEARLY_FLAT = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.1, 16: 1.2, 32: 1.4, 64: 1.8}  # verification nearly free
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def chosen(length: AdaptiveDraftLength, accepted_whole: int) -> list[int]:

@@ -14,13 +14,7 @@ from assistant.decoding.tree import TokenTree, grow
 from assistant.decoding.verification import Sampling
 from assistant.model import attention, tree_attention
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
