@@ -7,7 +7,8 @@ the module fails at import with a NameError (ruff's F821). Neither fix is a gues
 - a name that is `typing` itself or one `typing` exports gets its import, `import typing` or one
   `from typing import ...` for the names, on lines of their own before the module's first statement
   that is neither its docstring nor a `from __future__` import; so does a class that `types` exports
-  and `typing` does not (`-> CodeType`: `from types import CodeType`);
+  and `typing` does not (`-> CodeType`: `from types import CodeType`), and so does a standard-library
+  module an annotation names an attribute of (`stream: io.TextIOWrapper`: `import io`);
 - a name in an annotation that the module defines as a class or at its own level, later than the
   annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
   spells it, which changes nothing at run time.
@@ -17,6 +18,7 @@ Any other undefined name is left to a repair pass of the model.
 from __future__ import annotations
 
 import ast
+import sys
 import types
 import typing
 
@@ -43,13 +45,22 @@ def hint_fixes(before: str, after: str) -> list[Fix]:
 
 
 def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
-    """The insertion of the imports of those of `names` that are `typing`, its exports or classes of `types`."""
-    lines = ["import typing\n"] if "typing" in names else []
+    """The insertion of the imports of those of `names` that are `typing`, its exports, classes of `types` or
+    standard-library modules whose attributes an annotation names."""
+    modules = sorted(names & _annotated_modules(tree) - {"typing"})
+    lines = [f"import {module}\n" for module in ["typing"] * ("typing" in names) + modules]
     for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES)):
         imported = sorted(names & exported)
         lines += [f"from {module} import {', '.join(imported)}\n"] if imported else []
     at = _first_statement(tree, text)
     return [Fix(at, at, "".join(lines), None)] if lines and at is not None else []
+
+
+def _annotated_modules(tree: ast.Module) -> set[str]:
+    """The public standard-library module names that an annotation names an attribute of (`io` in `io.IOBase`)."""
+    return {node.value.id for annotation in _annotations(tree) for node in ast.walk(annotation)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in sys.stdlib_module_names and not node.value.id.startswith("_")}
 
 
 def _first_statement(tree: ast.Module, text: str) -> int | None:

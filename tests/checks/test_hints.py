@@ -30,6 +30,14 @@ def test_classes_of_types_get_their_import_too():
     assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
 
 
+def test_a_standard_library_module_an_annotation_names_gets_its_import():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: io.IOBase, s: typing.Any) -> os.PathLike:")
+    [fix] = hint_fix_edit(BEFORE, after, language="python", instruction=HINTS)
+    assert "annotations\n\nimport typing\nimport io\nimport os\nimport math\n" in applied(after, [fix])
+    used = BEFORE.replace("return h, s", "return io.open(h)")  # a module used as a value is the model's to fix
+    assert hint_fix_edit(BEFORE, used, language="python", instruction=HINTS) == []
+
+
 def test_only_type_hint_edits_get_imports():
     assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Add docstrings.") == []
     assert hint_fix_edit(BEFORE, AFTER, language="python", instruction="Fix the bug.") == []
