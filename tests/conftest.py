@@ -161,7 +161,8 @@ def served_engine(tmp_path_factory):
     """`assistant serve` in a subprocess on the test model; yields its URL."""
     port = free_port()
     command = [sys.executable, "-m", "assistant.cli", "serve", "--port", str(port)]
-    with server_process(command, port, tmp_path_factory.mktemp("serve") / "server.log", "assistant serve", 300) as (_, url):
+    with server_process(command, port, tmp_path_factory.mktemp("serve") / "server.log", "assistant serve",
+                        300) as (_, url):
         yield url
 
 
@@ -183,5 +184,5 @@ def vllm(tmp_path_factory):
     folder, _, _ = loading.resolve("smollm2-135m", settings().cache)
     port = free_port()
     with server_process(vllm_command(folder, port), port, tmp_path_factory.mktemp("vllm") / "server.log", "vLLM",
-                        1800) as url:
+                        1800) as (_, url):
         yield url
