@@ -159,7 +159,7 @@ def model_passes(request: Request, attempts: int) -> int:
     """The model repair passes an answer may get: `attempts`, but none unless the request asks for them where
     the edit should only annotate or document. There the fixes without a model repair what they can, and the
     1.5B's passes gave the problems back: asked of standard-library modules, 2 passes in 15 were kept (one
-    of them for an import the fixes now write), each costing 35 to 270 s (docs/speed.md, "Model repair
+    of them for an undefined `io`), each costing 35 to 270 s (docs/speed.md, "Model repair
     passes")."""
     return 0 if request.repairs is None and checks.preserving(request.instruction) else attempts
 
