@@ -21,23 +21,9 @@ from __future__ import annotations
 
 import ast
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, Definition, has
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, by_name, has
 
 HINTS, DOCSTRINGS = frozenset({ANNOTATIONS}), frozenset({DOCSTRING})
-
-
-def definitions(tree: ast.AST | None, prefix: str = "") -> dict[str, Definition]:
-    """Every function and class by qualified name (the first of a name defined twice), at any depth."""
-    found: dict[str, Definition] = {}
-    for node in ast.iter_child_nodes(tree) if tree is not None else ():
-        if isinstance(node, Definition):
-            found.setdefault(prefix + node.name, node)
-            inner = definitions(node, f"{prefix}{node.name}.")
-        else:
-            inner = definitions(node, prefix)
-        for name, definition in inner.items():
-            found.setdefault(name, definition)
-    return found
 
 
 def parsed(text: str) -> ast.AST | None:
@@ -52,7 +38,7 @@ def share(asked: set[str], done: set[str]) -> float | None:
 
 
 def functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    return {name: node for name, node in definitions(parsed(text)).items() if not isinstance(node, ast.ClassDef)}
+    return {name: node for name, node in by_name(parsed(text)).items() if not isinstance(node, ast.ClassDef)}
 
 
 def hints_done(before: str, after: str) -> float | None:
@@ -63,8 +49,8 @@ def hints_done(before: str, after: str) -> float | None:
 
 def docstrings_done(before: str, after: str) -> float | None:
     """The share of the functions and classes without a docstring before that have one after."""
-    asked = {name for name, node in definitions(parsed(before)).items() if not has(node, DOCSTRINGS)}
-    return share(asked, {name for name, node in definitions(parsed(after)).items() if has(node, DOCSTRINGS)})
+    asked = {name for name, node in by_name(parsed(before)).items() if not has(node, DOCSTRINGS)}
+    return share(asked, {name for name, node in by_name(parsed(after)).items() if has(node, DOCSTRINGS)})
 
 
 def percent_formats(tree: ast.AST | None) -> int:
@@ -87,7 +73,7 @@ def occurrences(node: ast.AST | None, name: str) -> int:
 
 def rename_done(before: str, after: str, function: str, old: str, new: str) -> float | None:
     """The share of the occurrences of `old` in `function` before that are `new` in it after."""
-    asked = occurrences(definitions(parsed(before)).get(function), old)
+    asked = occurrences(by_name(parsed(before)).get(function), old)
     if not asked:
         return None
-    return min(asked, occurrences(definitions(parsed(after)).get(function), new)) / asked
+    return min(asked, occurrences(by_name(parsed(after)).get(function), new)) / asked

@@ -18,6 +18,21 @@ METHOD_FIRST = ("self", "cls")
 DOCSTRING, ANNOTATIONS = "docstring", "annotations"
 
 
+def by_name(tree: ast.AST | None, prefix: str = "") -> dict[str, Definition]:
+    """Every function and class by qualified name (`Class.method`, `outer.inner`; the first of a name defined
+    twice), at any depth, those under an `if` or a `try` included."""
+    found: dict[str, Definition] = {}
+    for node in ast.iter_child_nodes(tree) if tree is not None else ():
+        if isinstance(node, Definition):
+            found.setdefault(prefix + node.name, node)
+            inner = by_name(node, f"{prefix}{node.name}.")
+        else:
+            inner = by_name(node, prefix)
+        for name, definition in inner.items():
+            found.setdefault(name, definition)
+    return found
+
+
 def annotated(function: Function) -> bool:
     """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
     arguments = function.args

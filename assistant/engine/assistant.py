@@ -339,12 +339,14 @@ class Assistant(Engine):
                 return None
         # The passes share the file's prefix: with reuse across requests off, they still reuse it among themselves.
         shared = self.prefixes if self.prefixes is not None else PrefixCache(sys.maxsize, entries=1)
-        return definitions.rewrite(request.document, region, planned,
-                                   lambda part: self._start(self._definition_prompt(request, part), request, part,
-                                                            cancel, shared), cancel, (self.model, self.loaded.weights))
+        return definitions.rewrite(
+            request.document, region, planned,
+            lambda part, sharper: self._start(self._definition_prompt(request, part, sharper), request, part, cancel,
+                                              shared), cancel, (self.model, self.loaded.weights))
 
-    def _definition_prompt(self, request: Request, part: tuple[int, int]) -> Prompt:
-        return definition_prompt(self.loaded.tokenizer, request.instruction, request.document, part,
+    def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
+        """The prompt of a pass over the definition at `part`, asked `instruction` (None: the request's)."""
+        return definition_prompt(self.loaded.tokenizer, instruction or request.instruction, request.document, part,
                                  request.references)
 
     def _prompt(self, request: Request, part: tuple[int, int] | None) -> Prompt:

@@ -10,10 +10,13 @@ the definition and the instruction (`prompts.definition_prompt`), so all passes 
 the prefix cache prefills the file once. Definitions that already have what was asked are skipped.
 
 The passes stream as one answer to the region (`long_documents.stitched`), the text between the
-definitions kept verbatim. A pass's answer is shown only once it is judged (`whole`): it finished, and in
+definitions kept verbatim. A pass's answer is shown only once it is judged (`grade`): it finished, and in
 place of its definition the file still parses with the same definitions; otherwise the definition stays
-as it was, and the Result's `definitions` names it as failed. Nothing else changes: each pass is an
-ordinary generation, a cancel ends the whole answer, and the answer is checked and repaired as a whole.
+as it was, and the Result's `definitions` names it as failed. A pass that left its definition without
+all that was asked, or changed its code, is followed by one more with a sharper instruction that names
+the definition and, for type hints, the parameters to annotate (`Part.sharper`); the better graded of
+the two stands (`attempts`). Nothing else changes: each pass is an ordinary generation, a cancel ends the
+whole answer, and the answer is checked and repaired as a whole.
 
 Measured with qwen2.5-coder-1.5b on 2 shared cores, "Add a docstring to every function that lacks one.":
 reprlib.py 15 of 17 functions documented (one pass: 0 of 17, the module copied), colorsys.py 7 of 7 (one
@@ -30,14 +33,16 @@ from __future__ import annotations
 import ast
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, has
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, METHOD_FIRST, complete, has
 from assistant.checks.instructions import preserving
 from assistant.checks.positions import LineIndex
-from assistant.engine.events import Definitions, Event, Result
-from assistant.engine.long_documents import Piece, stitched
+from assistant.checks.structure import check_structure
+from assistant.engine.events import Definitions, Delta, Event, Result
+from assistant.engine.long_documents import Piece, combined, stitched
 
 _DOCSTRINGS = re.compile(r"\bdoc[- ]?strings?\b|\bdocument(?:s|ed|ing)?\b|\bdocumentation\b")
 _EACH = re.compile(r"\b(?:every|each|all|any|everywhere|throughout|missing|lack\w*|without)\b"
@@ -49,6 +54,8 @@ _MODULE = re.compile(r"\b(?:module|file|package)(?:[- ]level)?\s+doc|\bdoc\w*\s+
 _CLASSES = re.compile(r"\bclass(?:es)?\b")
 _FUNCTIONS = re.compile(r"\b(?:functions?|methods?|def)\b")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+BLOCKS = (ast.If, ast.Try, ast.TryStar, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)
+FAILED, CHANGED_CODE, PARTLY, DONE = range(4)  # how a pass did its definition's edit (`grade`)
 
 
 @dataclass(frozen=True)
@@ -58,14 +65,19 @@ class Part:
 
     name: str
     span: Piece
+    sharper: str = ""  # the instruction of a second pass, for a definition its pass left without what was asked
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The definitions of a region to rewrite one pass each, in order, and those skipped (already done)."""
+    """The definitions of a region to rewrite one pass each, in order, and those skipped (already done); what
+    each is asked (`asked`'s answer) and the instruction's kind (`preserving`)."""
 
     parts: tuple[Part, ...]
     skipped: tuple[str, ...]
+    wanted: frozenset[str] = frozenset({DOCSTRING})
+    classes: bool = False
+    kind: str = "documentation"
 
 
 def asked(instruction: str) -> tuple[frozenset[str], bool] | None:
@@ -95,9 +107,35 @@ def plan(document: str, region: Piece, instruction: str, language: str | None) -
     touching = [part for part, _ in found if part.span[0] < region[1] and region[0] < part.span[1]]
     if len(touching) > len(inside) or len(inside) < 2 or names_one(instruction, tree, index, region):
         return None
-    done = [has(node, wanted) if isinstance(node, ast.ClassDef) else complete(node, wanted) for _, node in inside]
-    return Plan(tuple(part for (part, _), skip in zip(inside, done) if not skip),
-                tuple(part.name for (part, _), skip in zip(inside, done) if skip))
+    done = [finished(node, wanted) for _, node in inside]
+    return Plan(tuple(replace(part, sharper=sharper(part.name, node, wanted))
+                      for (part, node), skip in zip(inside, done) if not skip),
+                tuple(part.name for (part, _), skip in zip(inside, done) if skip), wanted, classes,
+                preserving(instruction))
+
+
+def finished(node: ast.AST, wanted: frozenset[str]) -> bool:
+    """Whether a part's definition has what was asked: a class header itself, a function with all it nests."""
+    return has(node, wanted) if isinstance(node, ast.ClassDef) else complete(node, wanted)
+
+
+def sharper(name: str, node: ast.AST, wanted: frozenset[str]) -> str:
+    """The instruction of a second pass over a definition that its first pass left without what was asked: the
+    definition by name and, for type hints, the parameters to annotate."""
+    hints = ANNOTATIONS in wanted and not isinstance(node, ast.ClassDef)
+    things = ["a docstring"] * (DOCSTRING in wanted) + ["type hints"] * hints
+    said = f"Add {' and '.join(things)} to `{name}`."
+    if hints:
+        arguments = node.args
+        positional = arguments.posonlyargs + arguments.args
+        positional = positional[1:] if positional and positional[0].arg in METHOD_FIRST else positional
+        rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        bare = [f"`{a.arg}`" for a in positional + arguments.kwonlyargs + rest if a.annotation is None]
+        if node.returns is None:
+            bare.append("its return type (`-> None` if it returns nothing)")
+        listed = ", ".join(bare[:-1]) + " and " + bare[-1] if len(bare) > 1 else "".join(bare)
+        said += f" Annotate {listed}." if listed else ""
+    return said + " Keep its code as it is."
 
 
 def names_one(instruction: str, tree: ast.Module, index: LineIndex, region: Piece) -> bool:
@@ -116,8 +154,13 @@ def parsed(text: str) -> ast.Module | None:
 
 def units(body: list[ast.stmt], index: LineIndex, classes: bool, prefix: str = "") -> Iterator[tuple[Part, ast.AST]]:
     """The parts of a module's or class's body, in order: each function; each class's header when `classes`
-    (the whole class when it has no definitions inside); the parts of each class's body."""
+    (the whole class when it has no definitions inside); the parts of each class's body; the parts of the
+    blocks (`if`, `try`, `with`, loops) in the body."""
     for node in body:
+        if isinstance(node, BLOCKS):  # definitions made under an `if`, a `try`, a `with` or a loop
+            handlers = [statement for handler in getattr(node, "handlers", ()) for statement in handler.body]
+            inside = node.body + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+            yield from units(inside, index, classes, prefix)
         if not isinstance(node, DEFINITIONS):
             continue
         start = index.starts[min(d.lineno for d in [node, *node.decorator_list]) - 1]
@@ -145,13 +188,18 @@ def last_text(index: LineIndex, first: int, last: int) -> int:
     return line_end(index, last)
 
 
-def whole(document: str, definitions: list[str], part: Piece, result: Result) -> bool:
-    """Whether a pass's answer may stand for its definition: it finished, and in its place the document still
-    parses with the same `definitions` (the document's, by qualified name, in order)."""
-    if not result.finished:
-        return False
-    after = parsed(document[:part[0]] + result.text + document[part[1]:])
-    return after is not None and qualified_names(after) == definitions
+def grade(document: str, definitions: list[str], part: Piece, result: Result, planned: Plan) -> int:
+    """How a pass's answer did its definition's edit: FAILED unless it finished and, in its place, the document
+    still parses with the same `definitions` (the document's, by qualified name, in order); CHANGED_CODE where
+    it changed code (`check_structure`); DONE where the definition has all that was asked; PARTLY otherwise."""
+    after = document[:part[0]] + result.text + document[part[1]:]
+    tree = parsed(after) if result.finished else None
+    if tree is None or qualified_names(tree) != definitions:
+        return FAILED
+    if check_structure(document, after, planned.kind).problems:
+        return CHANGED_CODE
+    made = [node for found, node in units(tree.body, LineIndex(after), planned.classes) if found.span[0] == part[0]]
+    return DONE if made and finished(made[0], planned.wanted) else PARTLY
 
 
 def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:
@@ -165,29 +213,67 @@ def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:
     return found
 
 
-def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Piece], Iterator[Event]],
+def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Piece, str | None], Iterator[Event]],
             cancel: threading.Event | None, names: tuple[str, str]) -> Iterator[Event]:
-    """The answer to the region, each planned definition rewritten by `one_pass` (started as it is reached),
-    with the Result's `definitions` saying which were edited, left unchanged, failed or skipped. An answer that
-    edited none while a pass was cut at the token limit stopped on that limit, as a single pass would have: it
-    is unfinished, and a door says which limit to raise. `names`: the model and weights, for a Result with no
-    pass."""
+    """The answer to the region, each planned definition rewritten by `one_pass` (with the request's instruction:
+    None; started as it is reached), and once more with its `sharper` instruction where that pass did not do
+    all that was asked (`attempts`); the Result's `definitions` says which were edited, left unchanged, failed
+    or skipped. An answer that edited none while a pass was cut at the token limit stopped on that limit, as a
+    single pass would have: it is unfinished, and a door says which limit to raise. `names`: the model and
+    weights, for a Result with no pass."""
     by_span = {part.span: part.name for part in planned.parts}
     before = qualified_names(parsed(document))
     outcome: dict[str, list[str]] = {"edited": [], "unchanged": [], "failed": []}
     cut = []  # the passes stopped at the token limit
 
+    def graded(part: Piece, result: Result) -> int:
+        return grade(document, before, part, result, planned)
+
     def take(part: Piece, result: Result) -> bool:
-        kept = whole(document, before, part, result)
+        kept = graded(part, result) > FAILED
         same = result.text == document[part[0]:part[1]]
         outcome["failed" if not kept else "unchanged" if same else "edited"].append(by_span[part])
         cut.extend([part] if result.stopped == "length" else [])
         return kept
 
-    passes = ((part.span, one_pass(part.span)) for part in planned.parts)
+    passes = ((part.span, attempts(part, one_pass, graded, cancel)) for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
         if isinstance(event, Result):
             event = replace(event, definitions=Definitions(*(tuple(outcome[k]) for k in outcome), planned.skipped))
             if cut and not outcome["edited"] and event.finished:  # nothing made, for want of tokens: unfinished
                 event = replace(event, stopped="length")
         yield event
+
+
+def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]],
+             graded: Callable[[Piece, Result], int], cancel: threading.Event | None) -> Iterator[Event]:
+    """The events of `part`'s pass or, where that pass finished short of DONE, of a second pass with the part's
+    sharper instruction when it grades higher; the Deltas come once the pass is chosen (the events that are
+    neither as they come), and the Result's stats count both passes. A second pass that is cut or cancelled is
+    never chosen."""
+    deltas, result = yield from held(one_pass(part.span, None))
+    if result is None or not result.finished or (cancel is not None and cancel.is_set()):
+        yield from deltas + ([result] if result is not None else [])
+        return
+    first = graded(part.span, result)
+    if first < DONE:
+        more, second = yield from held(one_pass(part.span, part.sharper))
+        stats = combined([result.stats] + ([second.stats] if second is not None else []))
+        if second is not None and second.finished and graded(part.span, second) > first:
+            deltas, result = more, second
+        result = replace(result, stats=stats)
+    yield from deltas + [result]
+
+
+def held(events: Iterator[Event]) -> Generator[Event, None, tuple[list[Event], Result | None]]:
+    """Run a pass, giving its events other than Deltas and its Result as they come: its Deltas and Result."""
+    deltas, result = [], None
+    with closing(events):
+        for event in events:
+            if isinstance(event, Delta):
+                deltas.append(event)
+            elif isinstance(event, Result):
+                result = event
+            else:
+                yield event
+    return deltas, result

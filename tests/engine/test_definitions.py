@@ -134,13 +134,18 @@ def test_a_selection_of_two_definitions_is_planned_alone():
 
 # --- stitching, with scripted passes ------------------------------------------------------------------------
 
-def scripted(answers: dict[str, tuple[str, str]], document: str, found):
-    """A pass per part that answers `answers[name]`: (text, how it stopped); the text streams in two Deltas, each
-    attributed to the part when it is the part's own text (offsets in the pass's answer, as a pass gives them)."""
+def scripted(answers: dict[str, tuple[str, str]], document: str, found, second=None, asked=None):
+    """A pass per part that answers `answers[name]` (a second pass, with the sharper instruction: `second[name]`,
+    else the same): (text, how it stopped); the text streams in two Deltas, each attributed to the part when it
+    is the part's own text (offsets in the pass's answer, as a pass gives them). `asked` collects the passes'
+    (name, instruction)."""
     by_span = {part.span: part.name for part in found.parts}
 
-    def one_pass(part):
-        text, stopped = answers.get(by_span[part], (document[slice(*part)], "eos"))
+    def one_pass(part, instruction):
+        name = by_span[part]
+        (asked if asked is not None else []).append((name, instruction))
+        script = answers if instruction is None else {**answers, **(second or {})}
+        text, stopped = script.get(name, (document[slice(*part)], "eos"))
         stats = Stats(len(text), 2, 0.5, 100, 0, 0, 0.1)
         half = len(text) // 2
         copied = text == document[slice(*part)]
@@ -150,10 +155,10 @@ def scripted(answers: dict[str, tuple[str, str]], document: str, found):
     return one_pass
 
 
-def run(answers, document=MODULE, instruction="Add docstrings.", cancel=None):
+def run(answers, document=MODULE, instruction="Add docstrings.", cancel=None, second=None, asked=None):
     found = plan(document, (0, len(document)), instruction, "python")
-    events = list(rewrite(document, (0, len(document)), found, scripted(answers, document, found), cancel,
-                          ("model", "weights")))
+    events = list(rewrite(document, (0, len(document)), found, scripted(answers, document, found, second, asked),
+                          cancel, ("model", "weights")))
     return events, found
 
 
@@ -169,8 +174,8 @@ def test_the_answer_keeps_the_text_between_definitions_verbatim():
     assert all(result.text[slice(*span.output)] == MODULE[slice(*span.source)] for span in result.token_spans
                if span.source)
     assert result.copied_share > 0.8  # kept text and the passes' copies alike
-    assert result.stats.new_tokens == sum(len(MODULE[slice(*p.span)]) for p in found.parts) - len(
-        MODULE[slice(*found.parts[0].span)]) + len(area)
+    # the definitions given back without a docstring had a second pass, which counts too
+    assert result.stats.new_tokens == len(area) + 2 * sum(len(MODULE[slice(*p.span)]) for p in found.parts[1:])
 
 
 @pytest.mark.parametrize("answer", [
@@ -188,6 +193,40 @@ def test_a_failed_pass_leaves_its_definition_as_it_was(answer):
     assert result.definitions.failed == ("area",) and result.definitions.edited == ("typed",)
     assert result.finished and "".join(e.text for e in events if isinstance(e, Delta)) == result.text
     assert answer[0] not in "".join(e.text for e in events if isinstance(e, Delta))  # never shown
+
+
+def test_a_definition_left_undone_gets_one_sharper_pass_and_the_better_answer_stands():
+    asked = []
+    shape = 'class Shape:\n    """A shape."""\n    sides = 0'
+    init = ('    def __init__(self, name):\n        """Name it."""\n        self.name = "x"', "eos")  # changed code
+    typed = ('def typed(a: int, *rest: str) -> bool:\n    """T."""\n    return bool(a)', "length")  # cut
+    events, found = run({}, second={"Shape": (shape, "eos"), "Shape.__init__": init, "typed": typed}, asked=asked)
+    result = events[-1]
+    assert [name for name, instruction in asked if instruction is None] == [part.name for part in found.parts]
+    sharper = {name: instruction for name, instruction in asked if instruction is not None}
+    assert sorted(name for name, i in asked if i) == ["Shape", "Shape.__init__", "Shape.grow", "area", "typed"]
+    assert sharper["Shape"].startswith("Add a docstring to `Shape`.")
+    assert result.text == MODULE.replace("class Shape:\n    sides = 0", shape)  # the others as they were
+    assert result.definitions.edited == ("Shape",) and result.finished
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == result.text
+
+
+def test_the_sharper_pass_names_the_parameters_left_to_annotate():
+    found = plan(MODULE, (0, len(MODULE)), "Add type hints to every function.", "python")
+    sharper = {part.name: part.sharper for part in found.parts}
+    assert sharper["area"] == ("Add type hints to `area`. Annotate `r` and its return type (`-> None` if it returns "
+                               "nothing). Keep its code as it is.")
+    assert "Annotate `name` and its return type" in sharper["Shape.__init__"]
+    assert "`self`" not in sharper["Shape.__init__"]
+    assert sharper["Shape.grow"] == "Add type hints to `Shape.grow`. Keep its code as it is."  # `inner` lacks them
+
+
+def test_definitions_under_an_if_or_a_try_are_planned():
+    document = ("try:\n    from fast import f\nexcept ImportError:\n    def f(x):\n        return x\n\n"
+                "if True:\n    def g(y):\n        return y\n")
+    found = plan(document, (0, len(document)), "Add a docstring to every function that lacks one.", "python")
+    assert [part.name for part in found.parts] == ["f", "g"]
+    assert document[slice(*found.parts[0].span)] == "    def f(x):\n        return x"
 
 
 def test_a_cancel_ends_the_whole_answer():
