@@ -51,6 +51,21 @@ def has(node: Definition, wanted: frozenset[str]) -> bool:
     return ANNOTATIONS not in wanted or isinstance(node, ast.ClassDef) or annotated(node)
 
 
+def none_but_returns(function: Function) -> bool:
+    """Whether `function` is annotated `-> None` yet returns a value (a `return` of anything but None in its
+    own body, not in the functions and classes it defines): a hint that is wrong."""
+    if not (isinstance(function.returns, ast.Constant) and function.returns.value is None):
+        return False
+    stack: list[ast.AST] = [node for node in function.body if not isinstance(node, Definition)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return) and node.value is not None and not (
+                isinstance(node.value, ast.Constant) and node.value.value is None):
+            return True
+        stack += [child for child in ast.iter_child_nodes(node) if not isinstance(child, Definition)]
+    return False
+
+
 def complete(node: Definition, wanted: frozenset[str]) -> bool:
     """Whether `node` and every definition nested in it, at any depth, has each of `wanted`."""
     return all(has(inner, wanted) for inner in ast.walk(node) if isinstance(inner, Definition))

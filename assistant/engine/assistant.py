@@ -326,16 +326,18 @@ class Assistant(Engine):
                        cancel: threading.Event | None) -> Iterator[Event] | None:
         """The answer made one definition at a time, or None where it is not made so: the plan says no, the
         request asks for one pass or has stop strings (one would cut a definition short), or the largest
-        definition's prompt and answer would not fit the context (the text is then planned as any other)."""
+        definition's prompt (either pass's) and answer would not fit the context (the text is then planned as
+        any other)."""
         wanted = request.by_definition and not request.stop
         planned = wanted and definitions.plan(request.document, region, request.instruction, request.language)
         if not planned:
             return None
         sizes = [self.count_tokens(request.document[slice(*part.span)]) for part in planned.parts]
         if sizes:
-            largest = planned.parts[sizes.index(max(sizes))].span
+            largest = planned.parts[sizes.index(max(sizes))]
             wanted = request.max_new_tokens or answer_budget(max(sizes))
-            if len(self._definition_prompt(request, largest).ids) + wanted > self.loaded.context_length:
+            prompt = max(len(self._definition_prompt(request, largest.span, said).ids) for said in (None, largest.sharper))
+            if prompt + wanted > self.loaded.context_length:
                 return None
         # The passes share the file's prefix: with reuse across requests off, they still reuse it among themselves.
         shared = self.prefixes if self.prefixes is not None else PrefixCache(sys.maxsize, entries=1)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, METHOD_FIRST, complete, has
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, METHOD_FIRST, complete, has, none_but_returns
 from assistant.checks.instructions import preserving
 from assistant.checks.positions import LineIndex
 from assistant.checks.structure import check_structure
@@ -191,7 +191,8 @@ def last_text(index: LineIndex, first: int, last: int) -> int:
 def grade(document: str, definitions: list[str], part: Piece, result: Result, planned: Plan) -> int:
     """How a pass's answer did its definition's edit: FAILED unless it finished and, in its place, the document
     still parses with the same `definitions` (the document's, by qualified name, in order); CHANGED_CODE where
-    it changed code (`check_structure`); DONE where the definition has all that was asked; PARTLY otherwise."""
+    it changed code (`check_structure`); DONE where the definition has all that was asked, and no `-> None` on a
+    function that returns a value (`none_but_returns`); PARTLY otherwise."""
     after = document[:part[0]] + result.text + document[part[1]:]
     tree = parsed(after) if result.finished else None
     if tree is None or qualified_names(tree) != definitions:
@@ -199,7 +200,10 @@ def grade(document: str, definitions: list[str], part: Piece, result: Result, pl
     if check_structure(document, after, planned.kind).problems:
         return CHANGED_CODE
     made = [node for found, node in units(tree.body, LineIndex(after), planned.classes) if found.span[0] == part[0]]
-    return DONE if made and finished(made[0], planned.wanted) else PARTLY
+    if not made or not finished(made[0], planned.wanted):
+        return PARTLY
+    functions = [node for node in ast.walk(made[0]) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return PARTLY if ANNOTATIONS in planned.wanted and any(map(none_but_returns, functions)) else DONE
 
 
 def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:

@@ -221,6 +221,15 @@ def test_the_sharper_pass_names_the_parameters_left_to_annotate():
     assert sharper["Shape.grow"] == "Add type hints to `Shape.grow`. Keep its code as it is."  # `inner` lacks them
 
 
+def test_a_none_return_hint_on_a_function_that_returns_a_value_is_not_done():
+    asked = []
+    wrong = ("def area(r: float) -> None:\n    return math.pi * r * r", "eos")
+    right = ("def area(r: float) -> float:\n    return math.pi * r * r", "eos")
+    events, _ = run({"area": wrong}, instruction="Add type hints to every function.", second={"area": right},
+                    asked=asked)
+    assert ("area", None) in asked and "def area(r: float) -> float:" in events[-1].text
+
+
 def test_definitions_under_an_if_or_a_try_are_planned():
     document = ("try:\n    from fast import f\nexcept ImportError:\n    def f(x):\n        return x\n\n"
                 "if True:\n    def g(y):\n        return y\n")
