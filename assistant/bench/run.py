@@ -195,8 +195,9 @@ def preserved(record: data.Record, result: Run) -> dict:
         passed, reason = False, "incomplete: the answer did not finish"
     done = preserve.share_done(record.document, result.text, record.instruction)
     named = bool(result.result is not None and result.result.problems)
+    made = result.result.definitions if result.result is not None else None
     return {"kept_passing": passed, "test_outcome": reason, "done": done, "useful": report.useful(passed, done),
-            "flagged": named or not result.complete}
+            "flagged": named or not result.complete, "definitions": made.to_json() if made is not None else None}
 
 
 def measured_busy(runner: Runner, strategy: str, record: data.Record, results: dict[str, Run], quiet: dict,

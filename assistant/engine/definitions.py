@@ -227,7 +227,7 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
     weights, for a Result with no pass."""
     by_span = {part.span: part.name for part in planned.parts}
     before = qualified_names(parsed(document))
-    outcome: dict[str, list[str]] = {"edited": [], "unchanged": [], "failed": []}
+    outcome: dict[str, list[str]] = {"edited": [], "unchanged": [], "failed": [], "retried": [], "sharpened": []}
     cut = []  # the passes stopped at the token limit
 
     def graded(part: Piece, result: Result) -> int:
@@ -240,31 +240,35 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
         cut.extend([part] if result.stopped == "length" else [])
         return kept
 
-    passes = ((part.span, attempts(part, one_pass, graded, cancel)) for part in planned.parts)
+    passes = ((part.span, attempts(part, one_pass, graded, cancel, outcome)) for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
         if isinstance(event, Result):
-            event = replace(event, definitions=Definitions(*(tuple(outcome[k]) for k in outcome), planned.skipped))
+            made = Definitions(skipped=planned.skipped, **{key: tuple(names) for key, names in outcome.items()})
+            event = replace(event, definitions=made)
             if cut and not outcome["edited"] and event.finished:  # nothing made, for want of tokens: unfinished
                 event = replace(event, stopped="length")
         yield event
 
 
 def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]],
-             graded: Callable[[Piece, Result], int], cancel: threading.Event | None) -> Iterator[Event]:
+             graded: Callable[[Piece, Result], int], cancel: threading.Event | None,
+             outcome: dict[str, list[str]]) -> Iterator[Event]:
     """The events of `part`'s pass or, where that pass finished short of DONE, of a second pass with the part's
-    sharper instruction when it grades higher; the Deltas come once the pass is chosen (the events that are
-    neither as they come), and the Result's stats count both passes. A second pass that is cut or cancelled is
-    never chosen."""
+    sharper instruction when it grades higher (noted in `outcome`'s "retried" and "sharpened"); the Deltas come
+    once the pass is chosen (the events that are neither as they come), and the Result's stats count both
+    passes. A second pass that is cut or cancelled is never chosen."""
     deltas, result = yield from held(one_pass(part.span, None))
     if result is None or not result.finished or (cancel is not None and cancel.is_set()):
         yield from deltas + ([result] if result is not None else [])
         return
     first = graded(part.span, result)
     if first < DONE:
+        outcome["retried"].append(part.name)
         more, second = yield from held(one_pass(part.span, part.sharper))
         stats = combined([result.stats] + ([second.stats] if second is not None else []))
         if second is not None and second.finished and graded(part.span, second) > first:
             deltas, result = more, second
+            outcome["sharpened"].append(part.name)
         result = replace(result, stats=stats)
     yield from deltas + [result]
 

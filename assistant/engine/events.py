@@ -97,16 +97,19 @@ class Repair:
 class Definitions:
     """How an edit made definition by definition went (engine/definitions.py), by qualified name: the
     definitions its passes changed, gave back unchanged, or failed (cut, or not a whole definition: left as
-    they were), and those skipped because they already had what was asked."""
+    they were), and those skipped because they already had what was asked; of those passed over, the ones
+    given a second, sharper pass (`retried`), and those whose second answer stands (`sharpened`)."""
 
     edited: tuple[str, ...]
     unchanged: tuple[str, ...]
     failed: tuple[str, ...]
     skipped: tuple[str, ...]
+    retried: tuple[str, ...] = ()
+    sharpened: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"edited": list(self.edited), "unchanged": list(self.unchanged), "failed": list(self.failed),
-                "skipped": list(self.skipped)}
+        return {name: list(getattr(self, name)) for name in
+                ("edited", "unchanged", "failed", "skipped", "retried", "sharpened")}
 
 
 NO_CHANGE = {"none": "the answer is the text as it was",  # Result.change of an answer that made no edit

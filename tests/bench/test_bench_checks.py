@@ -75,14 +75,14 @@ def test_an_answer_cut_short_is_broken_and_flagged():
     record = next(r for r in data.load("preserve") if r.module == "codeop")
     verdict = run.preserved(record, generators.Run(record.document[:200], 8, False, 1.0))
     assert verdict == {"kept_passing": False, "test_outcome": "incomplete: the answer did not finish", "done": 0.0,
-                       "useful": False, "flagged": True}  # a cut answer does not parse: it did nothing
+                       "useful": False, "flagged": True, "definitions": None}  # a cut answer does not parse: it did nothing
 
 
 def test_the_module_itself_is_kept_and_a_named_problem_is_flagged():
     record = next(r for r in data.load("preserve") if r.module == "codeop")
     kept = run.preserved(record, generators.Run(record.document, 900, True, 1.0, result=answer()))
     assert kept == {"kept_passing": True, "test_outcome": "passed", "done": 0.0, "useful": False,
-                    "flagged": False}  # kept, and did nothing of what was asked: not useful
+                    "flagged": False, "definitions": None}  # kept, and did nothing of what was asked: not useful
     named = (Problem("Undefined name `Tuple`", 0, 5, "F821", "ruff"),)
     broken = record.document.replace("def compile_command(", "def compile_command(x: Tuple, ", 1)
     verdict = run.preserved(record, generators.Run(broken, 900, True, 1.0, result=answer(named)))

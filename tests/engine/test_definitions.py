@@ -208,6 +208,7 @@ def test_a_definition_left_undone_gets_one_sharper_pass_and_the_better_answer_st
     assert sharper["Shape"].startswith("Add a docstring to `Shape`.")
     assert result.text == MODULE.replace("class Shape:\n    sides = 0", shape)  # the others as they were
     assert result.definitions.edited == ("Shape",) and result.finished
+    assert set(result.definitions.retried) == set(sharper) and result.definitions.sharpened == ("Shape",)
     assert "".join(e.text for e in events if isinstance(e, Delta)) == result.text
 
 
