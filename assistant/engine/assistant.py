@@ -278,11 +278,11 @@ class Assistant(Engine):
     def count_tokens(self, text: str) -> int:
         return len(self.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def budget(self, prompt: Prompt, rewritten: str | None) -> int:
+    def budget(self, prompt: Prompt, rewritten: str | None, more: int = 0) -> int:
         """The most new tokens an answer to `prompt` gets unless the request says otherwise: room for a whole
-        rewrite of the text `rewritten` (`answer_budget`), or CHAT_BUDGET for a chat turn (None), within the
-        model's context."""
-        wanted = CHAT_BUDGET if rewritten is None else answer_budget(self.count_tokens(rewritten))
+        rewrite of the text `rewritten` (`answer_budget`) and `more`, or CHAT_BUDGET for a chat turn (None),
+        within the model's context."""
+        wanted = CHAT_BUDGET if rewritten is None else answer_budget(self.count_tokens(rewritten)) + more
         return max(1, min(self.loaded.context_length - len(prompt.ids), wanted))
 
     @property
@@ -335,7 +335,7 @@ class Assistant(Engine):
         sizes = [self.count_tokens(request.document[slice(*part.span)]) for part in planned.parts]
         if sizes:
             largest = planned.parts[sizes.index(max(sizes))]
-            wanted = request.max_new_tokens or answer_budget(max(sizes))
+            wanted = request.max_new_tokens or answer_budget(max(sizes)) + planned.room
             prompt = max(len(self._definition_prompt(request, largest.span, said).ids) for said in (None, largest.sharper))
             if prompt + wanted > self.loaded.context_length:
                 return None
@@ -344,7 +344,7 @@ class Assistant(Engine):
         return definitions.rewrite(
             request.document, region, planned,
             lambda part, sharper: self._start(self._definition_prompt(request, part, sharper), request, part, cancel,
-                                              shared), cancel, (self.model, self.loaded.weights))
+                                              shared, planned.room), cancel, (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
         """The prompt of a pass over the definition at `part`, asked `instruction` (None: the request's)."""
@@ -374,14 +374,15 @@ class Assistant(Engine):
         return self._start(prompt, check_decoding(Request(text, "", **options)), None, cancel)
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
-               cancel: threading.Event | None, prefixes: PrefixCache | None = None) -> Iterator[Event]:
+               cancel: threading.Event | None, prefixes: PrefixCache | None = None, more: int = 0) -> Iterator[Event]:
         """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn),
-        reusing prompt prefixes from `prefixes` (None: the engine's cache, if it keeps one)."""
+        reusing prompt prefixes from `prefixes` (None: the engine's cache, if it keeps one); unless the request
+        sets a limit, it gets `more` new tokens than the budget of a rewrite of `target`."""
         strategy = request.strategy or self.strategy
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
         if max_new_tokens is None:
-            max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None)
+            max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None, more)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
         draft_tokens = request.draft_tokens or self.adaptive_length()
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,

@@ -302,6 +302,23 @@ def test_the_engine_edits_definition_by_definition(embedded, monkeypatch):
     assert all(MODULE[slice(*s.source)] == result.text[slice(*s.output)] for s in result.token_spans if s.source)
 
 
+def test_a_docstring_pass_gets_room_for_the_docstring(embedded, monkeypatch):
+    """A docstring is new text: each pass gets DOCSTRING_ROOM new tokens beyond the budget of a rewrite of its
+    definition (a short function's docstring ran past it), a type-hint pass that budget alone."""
+    from assistant.engine.assistant import Assistant
+    from assistant.engine.definitions import DOCSTRING_ROOM
+    from assistant.engine.long_documents import answer_budget
+
+    budgets = []
+    generate = Assistant._generate
+    monkeypatch.setattr(Assistant, "_generate", lambda self, prompt, request, target, drafter, max_new_tokens, *rest: (
+        budgets.append(max_new_tokens), generate(self, prompt, request, target, drafter, 2, *rest))[1])
+    for instruction, more in (("Add docstrings.", DOCSTRING_ROOM), ("Add type hints to every function.", 0)):
+        budgets.clear()
+        result = embedded.rewrite_text(MODULE, instruction, language="python", repairs=0)
+        assert budgets == [answer_budget(embedded.count_tokens(MODULE[slice(*part)])) + more for part in result.pieces]
+
+
 def test_a_request_for_one_pass_gets_one_pass(embedded):
     """`by_definition=False` (the bench's `@one-pass`, the measure of the passes) gives the single pass an edit
     asked of each definition got before: no definitions, no pieces."""
