@@ -230,7 +230,7 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
     """The answer to the region, each planned definition rewritten by `one_pass` (with the request's instruction:
     None; started as it is reached), and once more with its `sharper` instruction where that pass did not do
     all that was asked (`attempts`); the Result's `definitions` says which were edited, left unchanged, failed
-    or skipped. An answer that edited none while a pass was cut at the token limit stopped on that limit, as a
+    or skipped, and which had a second pass. An answer that edited none while a pass was cut at the token limit stopped on that limit, as a
     single pass would have: it is unfinished, and a door says which limit to raise. `names`: the model and
     weights, for a Result with no pass."""
     by_span = {part.span: part.name for part in planned.parts}
@@ -251,7 +251,7 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
     passes = ((part.span, attempts(part, one_pass, graded, cancel, outcome)) for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
         if isinstance(event, Result):
-            made = Definitions(skipped=planned.skipped, **{key: tuple(names) for key, names in outcome.items()})
+            made = Definitions(skipped=planned.skipped, **{key: tuple(found) for key, found in outcome.items()})
             event = replace(event, definitions=made)
             if cut and not outcome["edited"] and event.finished:  # nothing made, for want of tokens: unfinished
                 event = replace(event, stopped="length")
