@@ -15,8 +15,10 @@ place of its definition the file still parses with the same definitions; otherwi
 as it was, and the Result's `definitions` names it as failed. A pass that left its definition without
 all that was asked, or changed its code, is followed by one more with a sharper instruction that names
 the definition and, for type hints, the parameters to annotate (`Part.sharper`); the better graded of
-the two stands (`attempts`). Nothing else changes: each pass is an ordinary generation, a cancel ends the
-whole answer, and the answer is checked and repaired as a whole.
+the two stands (`attempts`). Asked for type hints, an `__init__` left without a return hint gets
+` -> None` without a model (`init_hints`): Python requires it, and the 1.5B left it out. Nothing else
+changes: each pass is an ordinary generation, a cancel ends the whole answer, and the answer is checked
+and repaired as a whole.
 
 Measured with qwen2.5-coder-1.5b on 2 shared cores, "Add a docstring to every function that lacks one.":
 reprlib.py 15 of 17 functions documented (one pass: 0 of 17, the module copied), colorsys.py 7 of 7 (one
@@ -31,11 +33,14 @@ pass they got before, and so does a file that does not parse.
 from __future__ import annotations
 
 import ast
+import io
 import re
 import threading
+import tokenize
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
+from functools import partial
 
 from assistant.checks.asked import ANNOTATIONS, DOCSTRING, METHOD_FIRST, complete, has, none_but_returns
 from assistant.checks.instructions import preserving
@@ -43,6 +48,7 @@ from assistant.checks.positions import LineIndex
 from assistant.checks.structure import check_structure
 from assistant.engine.events import Definitions, Delta, Event, Result
 from assistant.engine.long_documents import Piece, combined, stitched
+from assistant.engine.output import Span, merge_spans
 
 _DOCSTRINGS = re.compile(r"\bdoc[- ]?strings?\b|\bdocument(?:s|ed|ing)?\b|\bdocumentation\b")
 _EACH = re.compile(r"\b(?:every|each|all|any|everywhere|throughout|missing|lack\w*|without)\b"
@@ -59,6 +65,7 @@ FAILED, CHANGED_CODE, PARTLY, DONE = range(4)  # how a pass did its definition's
 # New tokens a docstring pass gets beyond a rewrite of its definition (twice its tokens and some): a docstring is
 # new text, and the 1.5B's for a short function with four parameters ran past a two-line function's budget.
 DOCSTRING_ROOM = 256
+NONE_HINT = " -> None"  # the return hint every `__init__` has (`init_hints`)
 
 
 @dataclass(frozen=True)
@@ -248,7 +255,9 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
         cut.extend([part] if result.stopped == "length" else [])
         return kept
 
-    passes = ((part.span, attempts(part, one_pass, graded, cancel, outcome)) for part in planned.parts)
+    hinted = partial(init_hints, document) if ANNOTATIONS in planned.wanted else None
+    passes = ((part.span, attempts(part, one_pass, graded, cancel, outcome, hinted and partial(hinted, part.span)))
+              for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
         if isinstance(event, Result):
             made = Definitions(skipped=planned.skipped, **{key: tuple(found) for key, found in outcome.items()})
@@ -260,19 +269,21 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
 
 def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]],
              graded: Callable[[Piece, Result], int], cancel: threading.Event | None,
-             outcome: dict[str, list[str]]) -> Iterator[Event]:
+             outcome: dict[str, list[str]], hinted: Callable[[list[Delta], Result], tuple] | None = None
+             ) -> Iterator[Event]:
     """The events of `part`'s pass or, where that pass finished short of DONE, of a second pass with the part's
     sharper instruction when it grades higher (noted in `outcome`'s "retried" and "sharpened"); the Deltas come
     once the pass is chosen (the events that are neither as they come), and the Result's stats count both
-    passes. A second pass that is cut or cancelled is never chosen."""
-    deltas, result = yield from held(one_pass(part.span, None))
+    passes. A second pass that is cut or cancelled is never chosen. `hinted` completes each finished pass's
+    answer before it is graded (`init_hints`)."""
+    deltas, result = yield from held(one_pass(part.span, None), hinted)
     if result is None or not result.finished or (cancel is not None and cancel.is_set()):
         yield from deltas + ([result] if result is not None else [])
         return
     first = graded(part.span, result)
     if first < DONE:
         outcome["retried"].append(part.name)
-        more, second = yield from held(one_pass(part.span, part.sharper))
+        more, second = yield from held(one_pass(part.span, part.sharper), hinted)
         stats = combined([result.stats] + ([second.stats] if second is not None else []))
         if second is not None and second.finished and graded(part.span, second) > first:
             deltas, result = more, second
@@ -281,8 +292,10 @@ def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]
     yield from deltas + [result]
 
 
-def held(events: Iterator[Event]) -> Generator[Event, None, tuple[list[Event], Result | None]]:
-    """Run a pass, giving its events other than Deltas and its Result as they come: its Deltas and Result."""
+def held(events: Iterator[Event], hinted: Callable[[list[Delta], Result], tuple] | None = None
+         ) -> Generator[Event, None, tuple[list[Event], Result | None]]:
+    """Run a pass, giving its events other than Deltas and its Result as they come: its Deltas and Result,
+    completed by `hinted` where it finished."""
     deltas, result = [], None
     with closing(events):
         for event in events:
@@ -292,4 +305,47 @@ def held(events: Iterator[Event]) -> Generator[Event, None, tuple[list[Event], R
                 result = event
             else:
                 yield event
-    return deltas, result
+    return hinted(deltas, result) if hinted is not None and result is not None and result.finished else (deltas, result)
+
+
+def init_hints(document: str, part: Piece, deltas: list[Delta], result: Result) -> tuple[list[Delta], Result]:
+    """A type-hint pass's answer with ` -> None` written after the parameters of each `__init__` it left
+    without a return hint (Python requires `__init__` to return None: the hint needs no model, and the 1.5B
+    left it out), its Deltas merged into one whose spans make room for it (unattributed: new text); the
+    answer as it was where there is none to write or it does not parse in place."""
+    after = document[:part[0]] + result.text + document[part[1]:]
+    tree, index = parsed(after), LineIndex(after)
+    starts = [index.offset_utf8(node.lineno - 1, node.col_offset) for node in ast.walk(tree or ast.Module([], []))
+              if isinstance(node, ast.FunctionDef) and node.name == "__init__" and node.returns is None]
+    ends = [end - part[0] for end in map(partial(parameters_end, after), starts)
+            if end is not None and part[0] <= end <= part[0] + len(result.text)]
+    if not ends or not deltas:
+        return deltas, result
+    text, tokens, ends, size = result.text, [], sorted(ends), len(NONE_HINT)
+    for at in reversed(ends):
+        text = text[:at] + NONE_HINT + text[at:]
+    spans = [span for delta in deltas for span in delta.tokens]
+    for span in spans:  # moved past the hints before it; a token the hint splits takes it in, unattributed
+        start, end = span.output
+        before, inside = size * sum(at <= start for at in ends), size * sum(start < at < end for at in ends)
+        tokens.append(Span((start + before, end + before + inside), None if inside else span.source))
+    tokens += [Span((at + i * size, at + (i + 1) * size), None) for i, at in enumerate(ends)
+               if not any(span.output[0] < at < span.output[1] for span in spans)]
+    merged = Delta(text, sorted(tokens, key=lambda span: span.output), sum(d.new_tokens for d in deltas),
+                   sum(d.drafted for d in deltas), sum(d.accepted for d in deltas), sum(d.seconds for d in deltas),
+                   deltas[-1].totals)
+    return [merged], replace(result, text=text, spans=merge_spans(merged.tokens), token_spans=merged.tokens)
+
+
+def parameters_end(text: str, start: int) -> int | None:
+    """The offset just after the `)` that closes the parameters of the `def` at `start` in `text`."""
+    depth, lines = 0, LineIndex(text[start:])
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text[start:]).readline):
+            if token.type == tokenize.OP and token.string in "([{)]}":
+                depth += 1 if token.string in "([{" else -1
+                if depth == 0:
+                    return start + lines.offset(token.end[0] - 1, token.end[1])
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return None

@@ -231,6 +231,22 @@ def test_a_none_return_hint_on_a_function_that_returns_a_value_is_not_done():
     assert ("area", None) in asked and "def area(r: float) -> float:" in events[-1].text
 
 
+def test_an_init_left_without_a_return_hint_gets_none_without_a_model():
+    asked = []
+    init = ("    def __init__(self,\n                 name: str):  # named\n        self.name = name", "eos")
+    events, _ = run({"Shape.__init__": init}, instruction="Add type hints to every function.", asked=asked)
+    result = events[-1]
+    assert "    def __init__(self,\n                 name: str) -> None:  # named\n        self.name = name" in result.text
+    assert ("Shape.__init__", None) in asked and all(name != "Shape.__init__" for name, i in asked if i)  # done
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == result.text
+    assert all(result.text[slice(*span.output)] == MODULE[slice(*span.source)] for span in result.token_spans
+               if span.source)
+    outputs = [span.output for span in result.token_spans]
+    assert outputs == sorted(outputs) and all(a[1] <= b[0] for a, b in zip(outputs, outputs[1:]))
+    docstrings, _ = run({"Shape.__init__": init})  # asked for docstrings: nothing written
+    assert "-> None" not in docstrings[-1].text.split("class Shape")[1].split("def grow")[0]
+
+
 def test_definitions_under_an_if_or_a_try_are_planned():
     document = ("try:\n    from fast import f\nexcept ImportError:\n    def f(x):\n        return x\n\n"
                 "if True:\n    def g(y):\n        return y\n")
