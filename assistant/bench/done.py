@@ -7,7 +7,8 @@ Each measure is a share in [0, 1] of the things the instruction asked about, fou
   are complete when every parameter (`*args` and `**kwargs` included) but a first positional `self` or
   `cls` is annotated, and so is its return (`-> None` too: a missing return hint is not complete): the
   engine's own rule (`checks.asked`), by which it skips the definitions that have what was asked;
-- docstrings: the functions and classes that lacked a docstring and now have one;
+- docstrings: the functions (and the classes, when the instruction asks for them too) that lacked a docstring
+  and now have one: "Add a docstring to every function that lacks one." asks nothing of a class;
 - f-strings: the `%` formats (a string literal `%` something) converted: 1 less those left over those before;
 - a rename: the occurrences (names read, written or deleted, in the function and what it nests) of the
   old name that are the new one after, over those of the old name before.
@@ -47,10 +48,13 @@ def hints_done(before: str, after: str) -> float | None:
     return share(asked, {name for name, node in functions(after).items() if has(node, HINTS)})
 
 
-def docstrings_done(before: str, after: str) -> float | None:
-    """The share of the functions and classes without a docstring before that have one after."""
-    asked = {name for name, node in by_name(parsed(before)).items() if not has(node, DOCSTRINGS)}
-    return share(asked, {name for name, node in by_name(parsed(after)).items() if has(node, DOCSTRINGS)})
+def docstrings_done(before: str, after: str, classes: bool = False) -> float | None:
+    """The share of the functions (and, with `classes`, the classes) without a docstring before that have one
+    after."""
+    def documented(text: str, wanted: bool) -> set[str]:
+        return {name for name, node in by_name(parsed(text)).items()
+                if (classes or not isinstance(node, ast.ClassDef)) and has(node, DOCSTRINGS) is wanted}
+    return share(documented(before, False), documented(after, True))
 
 
 def percent_formats(tree: ast.AST | None) -> int:

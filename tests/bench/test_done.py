@@ -50,10 +50,11 @@ def test_hints_done_counts_the_functions_that_now_have_complete_hints():
     assert done.hints_done("def f(x: int) -> int:\n    return x\n", "") is None  # nothing was asked
 
 
-def test_docstrings_done_counts_functions_and_classes_by_qualified_name():
+def test_docstrings_done_counts_functions_and_classes_when_asked_by_qualified_name():
     after = BEFORE.replace("class Stack:\n", 'class Stack:\n    """A stack."""\n').replace(
         'def describe(stack, sep=", "):\n', 'def describe(stack, sep=", "):\n    """The stack, in words."""\n')
-    assert done.docstrings_done(BEFORE, after) == 0.5  # Stack and describe of Stack, __init__, of, describe
+    assert done.docstrings_done(BEFORE, after, classes=True) == 0.5  # Stack, describe of the four
+    assert done.docstrings_done(BEFORE, after) == 1 / 3  # "every function": describe of __init__, of, describe
     assert done.docstrings_done(BEFORE, BEFORE) == 0.0
     moved = "def describe(stack):\n    \"\"\"A docstring, but on another function.\"\"\"\n"
     assert done.docstrings_done("def show(stack):\n    pass\n", moved) == 0.0
