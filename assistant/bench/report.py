@@ -134,9 +134,18 @@ def useful(kept_passing: bool, done: float | None) -> bool:
     return kept_passing and (done is None or done >= USEFUL_DONE)
 
 
-def summarize_prefix_reuse(rows: list[dict], tasks: list[str], results: list[dict]) -> list[dict]:
+def prefill_rate(costs: dict[str, dict]) -> float | None:
+    """The tokens per second of the default engine's prefill (the first weights in the forward costs), the
+    rate a copy cannot beat; None where the costs were not measured."""
+    engines = [c for name, c in costs.items() if name.startswith("engine ")]
+    return ratio(engines[0]["context"], engines[0]["prefill_seconds"]) if engines else None
+
+
+def summarize_prefix_reuse(rows: list[dict], tasks: list[str], results: list[dict],
+                           prefill: float | None = None) -> list[dict]:
     """Per task: the mean times to first token, and the default strategy's tokens/s with the buffer warm,
-    against the tokens/s (cold, on the same records) of `hf-pld` and llama.cpp in `results`."""
+    against the tokens/s (cold, on the same records) of `hf-pld` and llama.cpp in `results`, and against the
+    engine's `prefill` rate (`prefill_rate`)."""
     summary = []
     for task in tasks:
         mine = [r for r in rows if r["task"] == task and r["strategy"] == PREFIX_REUSE]
@@ -152,6 +161,7 @@ def summarize_prefix_reuse(rows: list[dict], tasks: list[str], results: list[dic
                             "idle_first_token_seconds": idle, "idle_over_cold": ratio(idle, cold),
                             "idle_tokens_per_second": tps, "idle_vs_hf_pld": ratio(tps, others.get("hf-pld")),
                             "idle_vs_llama_cpp": ratio(tps, others.get(LLAMA_CPP)),
+                            "prefill_tokens_per_second": prefill, "idle_vs_prefill": ratio(tps, prefill),
                             "idle_exact_match": ratio(sum(compared), len(compared))})
     return summary
 
@@ -238,14 +248,15 @@ def table(summary: list[dict], unavailable: dict[str, str], left_out: dict[str, 
 def prefix_table(summary: list[dict]) -> Table:
     t = Table(title="prefix reuse: the same edit request twice, and after the buffer was idle (whole answer)")
     for name in ("task", "n", "first token cold", "first token again", "again / cold", "after idle", "idle / cold",
-                 "tok/s after idle", "vs hf-pld", "vs llama.cpp", "exact vs ar"):
+                 "tok/s after idle", "vs hf-pld", "vs llama.cpp", "of prefill", "exact vs ar"):
         t.add_column(name, justify="left" if name == "task" else "right")
     for s in summary:
         t.add_row(s["task"], str(s["records"]), fmt(s["cold_first_token_seconds"], ".3f", "s"),
                   fmt(s["warm_first_token_seconds"], ".3f", "s"), fmt(s["warm_over_cold"], ".0%"),
                   fmt(s["idle_first_token_seconds"], ".3f", "s"), fmt(s["idle_over_cold"], ".0%"),
                   fmt(s["idle_tokens_per_second"], ".1f"), fmt(s["idle_vs_hf_pld"], ".2f", "x"),
-                  fmt(s["idle_vs_llama_cpp"], ".2f", "x"), fmt(s["idle_exact_match"], ".0%"))
+                  fmt(s["idle_vs_llama_cpp"], ".2f", "x"), fmt(s["idle_vs_prefill"], ".0%"),
+                  fmt(s["idle_exact_match"], ".0%"))
     return t
 
 
@@ -330,7 +341,7 @@ def write(out: Path, rows: list[dict], tasks: list[str], strategies: list[str], 
     chart and the tables, from the rows measured so far; the busy runs apart from the quiet ones."""
     quiet = [r for r in rows if "busy" not in r]
     summary = summarize(quiet, tasks, strategies)
-    reuse = summarize_prefix_reuse(quiet, tasks, summary)
+    reuse = summarize_prefix_reuse(quiet, tasks, summary, prefill_rate(measured["step_costs"] or {}))
     loaded = summarize_busy([r for r in rows if "busy" in r], tasks, strategies)
     (out / "summary.json").write_text(json.dumps(
         {**measured, "results": summary, "prefix_reuse": reuse, "busy": loaded}, indent=1) + "\n")

@@ -169,6 +169,7 @@ def test_smoke_run_writes_rows_summary_and_chart(monkeypatch, tmp_path):
     [reuse] = summary["prefix_reuse"]
     assert reuse["task"] == "text-edit" and reuse["idle_exact_match"] == 1.0
     assert reuse["idle_vs_hf_pld"] > 0 and reuse["idle_vs_llama_cpp"] is None  # llama.cpp did not run
+    assert reuse["idle_vs_prefill"] > 0 and reuse["prefill_tokens_per_second"] > 0  # beside the prefill rate
     [(name, costs)] = summary["step_costs"].items()
     assert name == "engine float32" and costs["context"] == step_costs.CONTEXT
     assert 0 < costs["step_seconds"] and 0 < costs["verify_seconds"] and 0 < costs["prefill_seconds"]  # no claims
