@@ -311,30 +311,33 @@ def held(events: Iterator[Event], hinted: Callable[[list[Delta], Result], tuple]
 def init_hints(document: str, part: Piece, deltas: list[Delta], result: Result) -> tuple[list[Delta], Result]:
     """A type-hint pass's answer with ` -> None` written after the parameters of each `__init__` it left
     without a return hint (Python requires `__init__` to return None: the hint needs no model, and the 1.5B
-    left it out), its Deltas merged into one whose spans make room for it (unattributed: new text); the
-    answer as it was where there is none to write or it does not parse in place."""
+    left it out); the answer as it was where there is none to write or it does not parse in place."""
     after = document[:part[0]] + result.text + document[part[1]:]
     tree, index = parsed(after), LineIndex(after)
     starts = [index.offset_utf8(node.lineno - 1, node.col_offset) for node in ast.walk(tree or ast.Module([], []))
               if isinstance(node, ast.FunctionDef) and node.name == "__init__" and node.returns is None]
     ends = [end - part[0] for end in map(partial(parameters_end, after), starts)
             if end is not None and part[0] <= end <= part[0] + len(result.text)]
-    if not ends or not deltas:
-        return deltas, result
-    text, tokens, ends, size = result.text, [], sorted(ends), len(NONE_HINT)
-    for at in reversed(ends):
-        text = text[:at] + NONE_HINT + text[at:]
+    return inserted(deltas, result, sorted(ends), NONE_HINT) if ends and deltas else (deltas, result)
+
+
+def inserted(deltas: list[Delta], result: Result, places: list[int], words: str) -> tuple[list[Delta], Result]:
+    """A pass's answer with `words` inserted at each of `places` (offsets in it, ascending), its Deltas merged
+    into one whose spans make room for them: the words unattributed (new text), and so is a token they split."""
+    text, tokens, size = result.text, [], len(words)
+    for at in reversed(places):
+        text = text[:at] + words + text[at:]
     spans = [span for delta in deltas for span in delta.tokens]
-    for span in spans:  # moved past the hints before it; a token the hint splits takes it in, unattributed
+    for span in spans:
         start, end = span.output
-        before, inside = size * sum(at <= start for at in ends), size * sum(start < at < end for at in ends)
+        before, inside = size * sum(at <= start for at in places), size * sum(start < at < end for at in places)
         tokens.append(Span((start + before, end + before + inside), None if inside else span.source))
-    tokens += [Span((at + i * size, at + (i + 1) * size), None) for i, at in enumerate(ends)
+    tokens += [Span((at + i * size, at + (i + 1) * size), None) for i, at in enumerate(places)
                if not any(span.output[0] < at < span.output[1] for span in spans)]
-    merged = Delta(text, sorted(tokens, key=lambda span: span.output), sum(d.new_tokens for d in deltas),
-                   sum(d.drafted for d in deltas), sum(d.accepted for d in deltas), sum(d.seconds for d in deltas),
-                   deltas[-1].totals)
-    return [merged], replace(result, text=text, spans=merge_spans(merged.tokens), token_spans=merged.tokens)
+    tokens.sort(key=lambda span: span.output)
+    merged = Delta(text, tokens, sum(d.new_tokens for d in deltas), sum(d.drafted for d in deltas),
+                   sum(d.accepted for d in deltas), sum(d.seconds for d in deltas), deltas[-1].totals)
+    return [merged], replace(result, text=text, spans=merge_spans(tokens), token_spans=tokens)
 
 
 def parameters_end(text: str, start: int) -> int | None:
