@@ -13,10 +13,13 @@ A rewrite copies in long runs, so a is high and changes by regime (a copied stre
 the estimate starts high (`PRIOR`) and follows the last drafts closely (docs/kernels.md has the
 measurement that chose the weights).
 
-Long drafts: a draft is chosen up to the model's tuned ceiling; while drafts at the ceiling are
-accepted whole (the copied source goes on), the next may be twice as long, up to `longest`, and a
-miss brings it back to the ceiling. The choice over the longer range is the same gain, so a draft
-grows only while expected accepted tokens per second still rise with its length. Its cost is
+Long drafts: a draft is chosen up to the model's tuned ceiling; while drafts are accepted whole as
+long as they were chosen (the copied source goes on), the reach doubles, up to `longest`, and a miss
+brings it back to the ceiling. The choice over the longer range is the same gain, so a draft grows
+only while expected accepted tokens per second still rise with its length. The reach grows after
+whole drafts shorter than the ceiling too: where the cost curve has a step (the 1.5B on AMX: 17 rows
+cost about what 32 do), the best draft below the ceiling is short of the step, and only a reach past
+it shows that 64 rows make more tokens per second than 16. Its cost is
 measured, not extrapolated: the curve goes to 64 rows, the most one forward takes
 (`exactness.longest_draft`: past `exactness.FEW` rows a forward leaves the row-exact paths, so a
 longer draft would have to be verified in several forwards, which cost what successive steps cost).
@@ -58,8 +61,8 @@ class FixedDraftLength:
 
 @dataclass
 class AdaptiveDraftLength:
-    """Invariant: a chosen draft is at most `reach`, which is `ceiling` but after drafts at it were accepted
-    whole, and never more than `most` (the module docstring says why and how it grows)."""
+    """Invariant: a chosen draft is at most `reach`, which is `ceiling` but after drafts accepted whole as
+    long as they were chosen, and never more than `most` (the module docstring says why and how it grows)."""
 
     costs: dict[int, float]  # forward time of n tokens relative to one token
     ceiling: int  # the most a draft is chosen at until drafts at it are accepted whole
@@ -71,6 +74,7 @@ class AdaptiveDraftLength:
     def __post_init__(self):
         self.acceptance = self.prior
         self.reach = self.ceiling
+        self.chosen = 0  # the last draft length chosen
         self.priced = [self.cost(k + 1) for k in range(self.most + 1)]  # each draft's forward, priced once
 
     @property
@@ -92,10 +96,11 @@ class AdaptiveDraftLength:
         fifth of a one-token step of the tiny test model (`step_costs`' loop step)."""
         a = min(self.acceptance, 0.999)
         gains = [(1 - a ** (k + 1)) / (1 - a) / self.priced[k] for k in range(self.reach + 1)]
-        return gains.index(max(gains))
+        self.chosen = gains.index(max(gains))
+        return self.chosen
 
     def update(self, drafted: int, accepted: int) -> None:
-        if drafted >= self.reach and accepted == drafted:
+        if 0 < self.chosen <= drafted == accepted:  # whole, and not cut short by its source or the tokens left
             self.reach = min(2 * self.reach, self.most)
         elif accepted < drafted:
             self.reach = self.ceiling
