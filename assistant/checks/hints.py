@@ -8,7 +8,8 @@ the module fails at import with a NameError (ruff's F821). Neither fix is a gues
   `from typing import ...` for the names, on lines of their own before the module's first statement
   that is neither its docstring nor a `from __future__` import; so does a class that `types` exports
   and `typing` does not (`-> CodeType`: `from types import CodeType`), and so does a standard-library
-  module an annotation names an attribute of (`stream: io.TextIOWrapper`: `import io`);
+  module an annotation names an attribute of (`stream: io.TextIOWrapper`: `import io`), where the module
+  has every attribute named (`io.TextIO`, which `io` lacks, would fail at import all the same: left named);
 - a name in an annotation that the module defines as a class or at its own level, later than the
   annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
   spells it, which changes nothing at run time.
@@ -57,10 +58,16 @@ def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
 
 
 def _annotated_modules(tree: ast.Module) -> set[str]:
-    """The public standard-library module names that an annotation names an attribute of (`io` in `io.IOBase`)."""
-    return {node.value.id for annotation in _annotations(tree) for node in ast.walk(annotation)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id in sys.stdlib_module_names and not node.value.id.startswith("_")}
+    """The public standard-library modules that annotations name attributes of, each of which the module has
+    (`io` for `io.IOBase`; not for `io.TextIO`, which `io` lacks: imported, it would fail at import all the
+    same). Only modules this process has loaded are looked into: a module is never imported to check it."""
+    named: dict[str, set[str]] = {}
+    for node in (node for annotation in _annotations(tree) for node in ast.walk(annotation)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in sys.stdlib_module_names and not node.value.id.startswith("_")):
+            named.setdefault(node.value.id, set()).add(node.attr)
+    return {module for module, attributes in named.items()
+            if module in sys.modules and all(hasattr(sys.modules[module], name) for name in attributes)}
 
 
 def _first_statement(tree: ast.Module, text: str) -> int | None:

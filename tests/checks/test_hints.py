@@ -34,6 +34,8 @@ def test_a_standard_library_module_an_annotation_names_gets_its_import():
     after = BEFORE.replace("def hls(h, s):", "def hls(h: io.IOBase, s: typing.Any) -> os.PathLike:")
     [fix] = hint_fix_edit(BEFORE, after, language="python", instruction=HINTS)
     assert "annotations\n\nimport typing\nimport io\nimport os\nimport math\n" in applied(after, [fix])
+    missing = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s: io.IOBase):")  # `io` has no `TextIO`
+    assert hint_fix_edit(BEFORE, missing, language="python", instruction=HINTS) == []  # left named, not imported
     used = BEFORE.replace("return h, s", "return io.open(h)")  # a module used as a value is the model's to fix
     assert hint_fix_edit(BEFORE, used, language="python", instruction=HINTS) == []
 
