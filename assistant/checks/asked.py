@@ -33,15 +33,20 @@ def by_name(tree: ast.AST | None, prefix: str = "") -> dict[str, Definition]:
     return found
 
 
-def annotated(function: Function) -> bool:
-    """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
+def unannotated(function: Function) -> list[str]:
+    """The parameters of `function` that lack an annotation, `*args` and `**kwargs` included, but a first
+    positional `self` or `cls`."""
     arguments = function.args
     positional = arguments.posonlyargs + arguments.args
     if positional and positional[0].arg in METHOD_FIRST:
         positional = positional[1:]
     rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-    return function.returns is not None and all(a.annotation is not None
-                                                for a in positional + arguments.kwonlyargs + rest)
+    return [a.arg for a in positional + arguments.kwonlyargs + rest if a.annotation is None]
+
+
+def annotated(function: Function) -> bool:
+    """Whether every parameter but a first positional `self` or `cls`, and the return, is annotated."""
+    return function.returns is not None and not unannotated(function)
 
 
 def has(node: Definition, wanted: frozenset[str]) -> bool:

@@ -42,7 +42,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from functools import partial
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, METHOD_FIRST, complete, has, none_but_returns
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, has, none_but_returns, unannotated
 from assistant.checks.instructions import preserving
 from assistant.checks.positions import LineIndex
 from assistant.checks.structure import check_structure
@@ -141,11 +141,7 @@ def sharper(name: str, node: ast.AST, wanted: frozenset[str]) -> str:
     things = ["a docstring"] * (DOCSTRING in wanted) + ["type hints"] * hints
     said = f"Add {' and '.join(things)} to `{name}`."
     if hints:
-        arguments = node.args
-        positional = arguments.posonlyargs + arguments.args
-        positional = positional[1:] if positional and positional[0].arg in METHOD_FIRST else positional
-        rest = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-        bare = [f"`{a.arg}`" for a in positional + arguments.kwonlyargs + rest if a.annotation is None]
+        bare = [f"`{name}`" for name in unannotated(node)]
         if node.returns is None:
             bare.append("its return type (`-> None` if it returns nothing)")
         listed = ", ".join(bare[:-1]) + " and " + bare[-1] if len(bare) > 1 else "".join(bare)
