@@ -9,7 +9,10 @@ the module fails at import with a NameError (ruff's F821). Neither fix is a gues
   that is neither its docstring nor a `from __future__` import; so does a class that `types` exports
   and `typing` does not (`-> CodeType`: `from types import CodeType`), and so does a standard-library
   module an annotation names an attribute of (`stream: io.TextIOWrapper`: `import io`), where the module
-  has every attribute named (`io.TextIO`, which `io` lacks, would fail at import all the same: left named);
+  has every attribute named;
+- an annotation that names, as an attribute of a standard-library module, a name the module lacks and
+  `typing` exports is spelt with `typing` (`io.TextIO`: `typing.TextIO`, with `import typing`): `typing`
+  is where such names live, and `io.TextIO` fails at import (an AttributeError, even with `io` imported);
 - a name in an annotation that the module defines as a class or at its own level, later than the
   annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
   spells it, which changes nothing at run time.
@@ -27,6 +30,7 @@ from assistant.checks.lint import check_python
 from assistant.checks.positions import LineIndex
 from assistant.checks.rename import module_names
 from assistant.checks.report import Fix, Problem
+from assistant.checks.structure import annotations
 
 TYPING_NAMES = frozenset(typing.__all__)
 TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
@@ -41,8 +45,34 @@ def hint_fixes(before: str, after: str) -> list[Fix]:
         return []
     undefined = [problem for problem in check_python(before, after).problems if problem.code == "F821"]
     quoted = _forward_references(tree, after, undefined)
-    names = {after[problem.start:problem.end] for problem in undefined} - {after[fix.start:fix.end] for fix in quoted}
-    return sorted(_imports(tree, after, names) + quoted)
+    spelt = _typing_spellings(tree, after, before)
+    fixed = {(fix.start, fix.end) for fix in quoted + spelt}
+    names = {after[problem.start:problem.end] for problem in undefined if (problem.start, problem.end) not in fixed}
+    names |= {"typing"} if spelt and "typing" not in module_names(tree) else set()
+    return sorted(_imports(tree, after, names) + quoted + spelt)
+
+
+def _typing_spellings(tree: ast.Module, text: str, before: str) -> list[Fix]:
+    """The respelling with `typing` of each module attribute in an annotation that `_typing_name` holds, where
+    the module's name is not bound or is bound by `import` to the module, and `before` does not hold it."""
+    imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
+                if alias.asname is None}
+    bound = module_names(tree) - imported
+    lines = LineIndex(text)
+    fixes = []
+    for node in (node for annotation in annotations(tree) for node in ast.walk(annotation)):
+        if _typing_name(node) and node.value.id not in bound and ast.unparse(node) not in before:
+            start = lines.offset_utf8(node.lineno - 1, node.col_offset)
+            fixes.append(Fix(start, start + len(node.value.id), "typing", None))
+    return fixes
+
+
+def _typing_name(node: ast.AST) -> bool:
+    """Whether `node` names an attribute that a loaded standard-library module lacks and `typing` exports."""
+    if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+        return False
+    module = sys.modules.get(node.value.id) if node.value.id in sys.stdlib_module_names else None
+    return module is not None and node.attr in TYPING_NAMES and not hasattr(module, node.attr)
 
 
 def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
@@ -59,11 +89,12 @@ def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
 
 def _annotated_modules(tree: ast.Module) -> set[str]:
     """The public standard-library modules that annotations name attributes of, each of which the module has
-    (`io` for `io.IOBase`; not for `io.TextIO`, which `io` lacks: imported, it would fail at import all the
-    same). Only modules this process has loaded are looked into: a module is never imported to check it."""
+    (`io` for `io.IOBase`; not for `io.Colour`, which `io` lacks: imported, it would fail at import all the
+    same), those respelt with `typing` aside. Only modules this process has loaded are looked into: a module
+    is never imported to check it."""
     named: dict[str, set[str]] = {}
-    for node in (node for annotation in _annotations(tree) for node in ast.walk(annotation)):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    for node in (node for annotation in annotations(tree) for node in ast.walk(annotation)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and not _typing_name(node)
                 and node.value.id in sys.stdlib_module_names and not node.value.id.startswith("_")):
             named.setdefault(node.value.id, set()).add(node.attr)
     return {module for module, attributes in named.items()
@@ -90,7 +121,7 @@ def _forward_references(tree: ast.Module, text: str, undefined: list[Problem]) -
     defined = module_names(tree) | {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
     lines = LineIndex(text)
     names = {}
-    for annotation in _annotations(tree):
+    for annotation in annotations(tree):
         for node in ast.walk(annotation):
             if isinstance(node, ast.Name) and node.id in defined:
                 start = lines.offset_utf8(node.lineno - 1, node.col_offset)
@@ -98,15 +129,3 @@ def _forward_references(tree: ast.Module, text: str, undefined: list[Problem]) -
     return [Fix(problem.start, problem.end, f'"{names[problem.start, problem.end]}"', None)
             for problem in undefined if (problem.start, problem.end) in names]
 
-
-def _annotations(tree: ast.Module) -> list[ast.expr]:
-    """The annotations of arguments, returns and annotated assignments in a module."""
-    found: list[ast.expr | None] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg):
-            found.append(node.annotation)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            found.append(node.returns)
-        elif isinstance(node, ast.AnnAssign):
-            found.append(node.annotation)
-    return [annotation for annotation in found if annotation is not None]

@@ -4,7 +4,9 @@ When the instruction asks only for type hints or docstrings (see `instructions.p
 program must do exactly what it did before. Both texts are parsed with `ast`, then stripped of
 what such an edit may add: annotations (of arguments and returns; `x: T = v` becomes `x = v`,
 a bare `x: T` goes), string statements (docstrings) and, for type hints, imports from typing-like
-modules, `if TYPE_CHECKING:` blocks, `TypeVar`-like definitions and `TypeAlias`es. Comments are not in the tree.
+modules, a plain `import` of a standard-library module that only annotations name (`import io` for
+`stream: io.TextIOWrapper`), `if TYPE_CHECKING:` blocks, `TypeVar`-like definitions and `TypeAlias`es.
+Comments are not in the tree.
 What is left is compared per function and class by qualified name, so a difference is reported
 as "the edit changed code in `hls_to_rgb`" at the changed statements of that function in the
 after text, "the edit removed `name`" where the definition was, or "the edit added `name`".
@@ -15,6 +17,7 @@ after text, "the edit removed `name`" where the definition was, or "the edit add
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 
 from assistant.checks.positions import LineIndex
@@ -62,8 +65,9 @@ def _names(node: ast.expr) -> str:
 class Outline(ast.NodeTransformer):
     """Strips a parsed module of what an annotating or documenting edit may add, and splits it into scopes."""
 
-    def __init__(self, typing_allowed: bool) -> None:
+    def __init__(self, typing_allowed: bool, annotating: frozenset[str] = frozenset()) -> None:
         self.typing_allowed = typing_allowed
+        self.annotating = annotating  # modules whose plain `import` only annotations need
         self.scopes: dict[str, Scope] = {}
         self.stack: list[str] = []
 
@@ -109,7 +113,8 @@ class Outline(ast.NodeTransformer):
 
     def visit_Import(self, node: ast.Import) -> ast.AST | None:
         if self.typing_allowed:
-            node.names = [alias for alias in node.names if not _typing_module(alias.name)]
+            node.names = [alias for alias in node.names if not _typing_module(alias.name)
+                          and not (alias.asname is None and alias.name in self.annotating)]
         return node if node.names else None
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
@@ -133,7 +138,30 @@ def outline(text: str, typing_allowed: bool) -> dict[str, Scope] | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return Outline(typing_allowed).outline(tree)
+    return Outline(typing_allowed, annotating_modules(tree) if typing_allowed else frozenset()).outline(tree)
+
+
+def annotating_modules(tree: ast.Module) -> frozenset[str]:
+    """The standard-library modules whose names a module uses in annotations and nowhere else."""
+    inside = {id(node) for annotation in annotations(tree) for node in ast.walk(annotation)}
+    used: dict[str, bool] = {}  # name: only in annotations
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in sys.stdlib_module_names:
+            used[node.id] = used.get(node.id, True) and id(node) in inside
+    return frozenset(name for name, only in used.items() if only)
+
+
+def annotations(tree: ast.AST) -> list[ast.expr]:
+    """The annotations of arguments, returns and annotated assignments in a tree."""
+    found: list[ast.expr | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            found.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+    return [annotation for annotation in found if annotation is not None]
 
 
 def _where(scope: Scope, preposition: str = "in") -> str:

@@ -34,10 +34,24 @@ def test_a_standard_library_module_an_annotation_names_gets_its_import():
     after = BEFORE.replace("def hls(h, s):", "def hls(h: io.IOBase, s: typing.Any) -> os.PathLike:")
     [fix] = hint_fix_edit(BEFORE, after, language="python", instruction=HINTS)
     assert "annotations\n\nimport typing\nimport io\nimport os\nimport math\n" in applied(after, [fix])
-    missing = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s: io.IOBase):")  # `io` has no `TextIO`
+    missing = BEFORE.replace("def hls(h, s):", "def hls(h: io.Colour, s: io.IOBase):")  # `io` has no `Colour`
     assert hint_fix_edit(BEFORE, missing, language="python", instruction=HINTS) == []  # left named, not imported
     used = BEFORE.replace("return h, s", "return io.open(h)")  # a module used as a value is the model's to fix
     assert hint_fix_edit(BEFORE, used, language="python", instruction=HINTS) == []
+
+
+def test_a_typing_name_spelt_as_a_module_attribute_is_spelt_with_typing():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s: io.IOBase) -> collections.Iterable[str]:")
+    fixed = applied(after, hint_fix_edit(BEFORE, after, language="python", instruction=HINTS))
+    assert "import typing\nimport io\nimport math\n" in fixed  # `io` still named, for its `IOBase`
+    assert "def hls(h: typing.TextIO, s: io.IOBase) -> typing.Iterable[str]:" in fixed
+    assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
+    exec(compile(fixed, "<fixed>", "exec"), {})  # it imports: `io.TextIO` failed with an AttributeError
+    imported = "import io\n" + BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO) -> typing.TextIO:")
+    fixed = applied(imported, hint_fix_edit(BEFORE, imported, language="python", instruction=HINTS))
+    assert fixed.startswith("import typing\nimport io\n") and "def hls(h: typing.TextIO) -> typing.TextIO:" in fixed
+    kept = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s):")  # there before the edit: not the edit's
+    assert hint_fix_edit(kept, kept.replace(", s)", ", s: int)"), language="python", instruction=HINTS) == []
 
 
 def test_only_type_hint_edits_get_imports():

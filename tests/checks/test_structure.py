@@ -114,6 +114,18 @@ def test_other_additions_under_type_hints_are_reported_where_they_are():
     assert after[added.start:added.end] == "def g() -> None:\n    pass"
 
 
+def test_importing_a_module_only_annotations_name_is_part_of_type_hints():
+    before = "def f(stream):\n    return stream.read()\n"
+    after = "import io\n\n\ndef f(stream: io.TextIOWrapper) -> str:\n    return stream.read()\n"
+    assert structural(check_edit(before, after, language="python", instruction=TYPE_HINTS)) == []
+    used = after.replace("return stream.read()", "return io.open(stream).read()")  # a value: code the edit added
+    assert "the edit added code at module level" in structural(check_edit(before, used, language="python",
+                                                                              instruction=TYPE_HINTS))
+    aliased = after.replace("import io", "import io as streams").replace("io.TextIOWrapper", "streams.TextIOWrapper")
+    assert structural(check_edit(before, aliased, language="python", instruction=TYPE_HINTS)) == [
+        "the edit added code at module level"]
+
+
 def test_a_typing_import_is_a_change_when_only_docstrings_were_asked_for():
     before = "def f(x):\n    return x\n"
     after = "from typing import Any\n\n\ndef f(x: Any) -> Any:\n    \"\"\"Return x.\"\"\"\n    return x\n"
