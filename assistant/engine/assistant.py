@@ -343,8 +343,9 @@ class Assistant(Engine):
         shared = self.prefixes if self.prefixes is not None else PrefixCache(sys.maxsize, entries=1)
         return definitions.rewrite(
             request.document, region, planned,
-            lambda part, sharper: self._start(self._definition_prompt(request, part, sharper), request, part, cancel,
-                                              shared, planned.room), cancel, (self.model, self.loaded.weights))
+            lambda part, sharper: self._start(self._definition_prompt(request, part.span, sharper), request, part.span,
+                                              cancel, shared, planned.room, part.rest), cancel,
+            (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
         """The prompt of a pass over the definition at `part`, asked `instruction` (None: the request's)."""
@@ -374,10 +375,12 @@ class Assistant(Engine):
         return self._start(prompt, check_decoding(Request(text, "", **options)), None, cancel)
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
-               cancel: threading.Event | None, prefixes: PrefixCache | None = None, more: int = 0) -> Iterator[Event]:
+               cancel: threading.Event | None, prefixes: PrefixCache | None = None, more: int = 0,
+               rest: tuple[int, int] | None = None) -> Iterator[Event]:
         """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn),
         reusing prompt prefixes from `prefixes` (None: the engine's cache, if it keeps one); unless the request
-        sets a limit, it gets `more` new tokens than the budget of a rewrite of `target`."""
+        sets a limit, it gets `more` new tokens than the budget of a rewrite of `target`. `rest`: the range of a
+        definition's body that the answer ends by copying (`OutputText`)."""
         strategy = request.strategy or self.strategy
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
@@ -386,7 +389,7 @@ class Assistant(Engine):
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
         draft_tokens = request.draft_tokens or self.adaptive_length()
         generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
-                                    cancel, prefixes if prefixes is not None else self.prefixes)
+                                    cancel, prefixes if prefixes is not None else self.prefixes, rest)
         return self._in_turn(generation, cancel)
 
     def _in_turn(self, generation: Generator[Event, None, None], cancel: threading.Event | None) -> Iterator[Event]:
@@ -401,9 +404,9 @@ class Assistant(Engine):
 
     def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
                   max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength, cancel: threading.Event | None,
-                  prefixes: PrefixCache | None) -> Generator[Event, None, None]:
+                  prefixes: PrefixCache | None, rest: tuple[int, int] | None = None) -> Generator[Event, None, None]:
         document = request.document
-        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence, target)
+        output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence, target, rest)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
         started = time.perf_counter()

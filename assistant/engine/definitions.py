@@ -76,6 +76,7 @@ class Part:
     name: str
     span: Piece
     sharper: str = ""  # the instruction of a second pass, for a definition its pass left without what was asked
+    rest: Piece | None = None  # its body after the docstring, which a pass that copies it takes as it stands (`body`)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def plan(document: str, region: Piece, instruction: str, language: str | None) -
     if len(touching) > len(inside) or len(inside) < 2 or names_one(instruction, tree, index, region):
         return None
     done = [finished(node, wanted) for _, node in inside]
-    return Plan(tuple(replace(part, sharper=sharper(part.name, node, wanted))
+    return Plan(tuple(replace(part, sharper=sharper(part.name, node, wanted), rest=body(node, index, part.span))
                       for (part, node), skip in zip(inside, done) if not skip),
                 tuple(part.name for (part, _), skip in zip(inside, done) if skip), wanted, classes,
                 preserving(instruction))
@@ -147,6 +148,19 @@ def sharper(name: str, node: ast.AST, wanted: frozenset[str]) -> str:
         listed = ", ".join(bare[:-1]) + " and " + bare[-1] if len(bare) > 1 else "".join(bare)
         said += f" Annotate {listed}." if listed else ""
     return said + " Keep its code as it is."
+
+
+def body(node: ast.AST, index: LineIndex, span: Piece) -> Piece | None:
+    """The range of a function's body after its docstring, from the start of its line to the end of `span`, where
+    it starts on a line of its own and holds no definition (a nested one may be asked for a docstring or hints)."""
+    if isinstance(node, ast.ClassDef):
+        return None
+    statements = node.body[1:] if ast.get_docstring(node, clean=False) is not None else node.body
+    if not statements or any(isinstance(inner, DEFINITIONS) for statement in statements for inner in ast.walk(statement)):
+        return None
+    first = statements[0]
+    alone = first.lineno > node.lineno and not index.line(first.lineno - 1)[:first.col_offset].strip()
+    return (index.starts[first.lineno - 1], span[1]) if alone else None
 
 
 def names_one(instruction: str, tree: ast.Module, index: LineIndex, region: Piece) -> bool:
@@ -228,7 +242,7 @@ def qualified_names(tree: ast.AST, prefix: str = "") -> list[str]:
     return found
 
 
-def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Piece, str | None], Iterator[Event]],
+def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Part, str | None], Iterator[Event]],
             cancel: threading.Event | None, names: tuple[str, str]) -> Iterator[Event]:
     """The answer to the region, each planned definition rewritten by `one_pass` (with the request's instruction:
     None; started as it is reached), and once more with its `sharper` instruction where that pass did not do
@@ -263,7 +277,7 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Pie
         yield event
 
 
-def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]],
+def attempts(part: Part, one_pass: Callable[[Part, str | None], Iterator[Event]],
              graded: Callable[[Piece, Result], int], cancel: threading.Event | None,
              outcome: dict[str, list[str]], hinted: Callable[[list[Delta], Result], tuple] | None = None
              ) -> Iterator[Event]:
@@ -272,14 +286,14 @@ def attempts(part: Part, one_pass: Callable[[Piece, str | None], Iterator[Event]
     once the pass is chosen (the events that are neither as they come), and the Result's stats count both
     passes. A second pass that is cut or cancelled is never chosen. `hinted` completes each finished pass's
     answer before it is graded (`init_hints`)."""
-    deltas, result = yield from held(one_pass(part.span, None), hinted)
+    deltas, result = yield from held(one_pass(part, None), hinted)
     if result is None or not result.finished or (cancel is not None and cancel.is_set()):
         yield from deltas + ([result] if result is not None else [])
         return
     first = graded(part.span, result)
     if first < DONE:
         outcome["retried"].append(part.name)
-        more, second = yield from held(one_pass(part.span, part.sharper), hinted)
+        more, second = yield from held(one_pass(part, part.sharper), hinted)
         stats = combined([result.stats] + ([second.stats] if second is not None else []))
         if second is not None and second.finished and graded(part.span, second) > first:
             deltas, result = more, second

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from assistant.engine.selection import Copies
+from assistant.engine.selection import Copies, Rest
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,15 @@ class OutputText:
     The answer ends at a stop string or, when the prompt opened the answer with a code `fence`,
     at the line that closes it; the newline before that line belongs to the fence. An answer to the
     `target` range of the document ends where it starts copying the text after that range, and starts
-    after a copy of the text before it (engine/selection.py).
+    after a copy of the text before it; one given the `rest` of a definition ends where it starts copying
+    that, which follows as it stands (engine/selection.py).
     """
 
     def __init__(self, tokenizer, document: str, stop: tuple[str, ...] = (), fence: str | None = None,
-                 target: tuple[int, int] | None = None):
+                 target: tuple[int, int] | None = None, rest: tuple[int, int] | None = None):
         self.detokenizer, self.document = Detokenizer(tokenizer), document
         self.copies = Copies(document, target) if target else None
+        self.rest = Rest(document, rest) if rest else None
         self.skip = 0 if target is None else None  # raw characters copied from before the target (None: undecided)
         self.stop = tuple(marker for marker in stop if marker)
         self.fence = fence
@@ -96,9 +98,13 @@ class OutputText:
             ends.append((close[0], "eos", close[1]))
         if self.copies and (copied := self.copies.end(self.raw)):
             ends.append((copied[0], "eos", copied[1]))
+        if self.rest and (rest := self.rest.end(self.raw)):
+            ends.append((rest[0], "rest", rest[1]))
         if ends:
             end, self.ended, seen = min(ends)
             self.tokens = sum(start < seen for start, _, _ in self.pieces)
+            if self.ended == "rest":
+                end, self.ended = self._follow(end, rest[2]), "eos"
             return self._reveal(end, final=True)
         hold = held_back(self.raw, list(self.stop))
         if self.fence:
@@ -106,6 +112,19 @@ class OutputText:
         if self.copies:
             hold = max(hold, self.copies.held(self.raw))
         return self._reveal(len(self.raw) - hold)
+
+    def _follow(self, end: int, start: int) -> int:
+        """Cut the raw text at `end`, or where it has been shown up to (a copy of the rest), and follow it with the
+        definition's rest from there on (from the document offset `start` at `end`), attributed to it; the new end
+        of the raw text."""
+        cut = max(end, self.shown)
+        start += cut - end
+        rest = self.rest.after(start)
+        self.pieces = [(a, min(b, cut), source if b <= cut else None) for a, b, source in self.pieces
+                       if a < cut or b <= cut]
+        self.pieces.append((cut, cut + len(rest), (start, start + len(rest))))
+        self.raw = self.raw[:cut] + rest
+        return len(self.raw)
 
     def finish(self) -> tuple[str, list[Span]]:
         """Reveal the rest once generation has ended, without a closing fence the model ended on."""

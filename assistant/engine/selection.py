@@ -11,6 +11,13 @@ its first, and not found in the selection itself); the text before the selection
 line to the selection, as much of it (at least as much) at the very start of the answer. The answer then
 ends where the copy after begins (as at its closing fence), the blank lines before that copy going with
 it, and starts where the copy before ends. Shorter matches are never cut: they can be the answer's own.
+
+A pass over one definition (engine/definitions.py) is asked for its docstring or its signature's hints; the
+body after them is copied, a few tokens a step, to be kept as it was. So such a pass is given the body's
+`Rest`: once the answer copies it, by the same measure from one of its first LATER non-blank lines, the
+answer ends there and the rest of the definition follows as it stands, attributed to it. A body the model
+changes before such a copy is the model's as written; a change after it is never made, as an edit that
+should only document or annotate wants.
 """
 
 from __future__ import annotations
@@ -79,11 +86,37 @@ class Copies:
         return max((start - x for x in self.pending if start - x <= len(raw)), default=0)
 
 
+class Rest:
+    """The rest of a definition, the document's range `rest` (from the start of a line), that an answer may copy
+    to the end."""
+
+    def __init__(self, document: str, rest: tuple[int, int]):
+        self.text, self.start = document[rest[0]:rest[1]], rest[0]
+        self.runs = [(at, run) for at in line_starts(self.text, 0) if (run := first_lines(self.text[at:at + RUN_CHARS]))]
+
+    def end(self, raw: str) -> tuple[int, int, int] | None:
+        """(where the answer ends, where the copy that says so ends, where in the document the rest follows from)
+        once `raw` holds, at the start of a line but its first, a copy of the rest from one of its first lines."""
+        found = [(at + 1, run, start) for start, run in self.runs if (at := raw.find("\n" + run)) >= 0]
+        if not found:
+            return None
+        at, run, start = min(found)
+        return at, at + len(run), self.start + start
+
+    def after(self, start: int) -> str:
+        """The rest of the definition from the document offset `start` on."""
+        return self.text[start - self.start:]
+
+
+def line_starts(text: str, after: int) -> list[int]:
+    """The starts of the first LATER non-blank lines of `text` from `after`."""
+    return [match.start() for match in islice(_TEXT_LINE.finditer(text, after), LATER)]
+
+
 def later_runs(document: str, after: int) -> list[str]:
     """The substantial runs of whole lines that start at each of the first LATER non-blank lines from `after`:
     a copy of the text after the selection may skip its first lines (the model moved or dropped them)."""
-    starts = [match.start() for match in islice(_TEXT_LINE.finditer(document, after), LATER)]
-    return [run for run in (first_lines(document[at:at + RUN_CHARS]) for at in starts) if run]
+    return [run for run in (first_lines(document[at:at + RUN_CHARS]) for at in line_starts(document, after)) if run]
 
 
 def first_lines(text: str) -> str:

@@ -142,6 +142,7 @@ def scripted(answers: dict[str, tuple[str, str]], document: str, found, second=N
     by_span = {part.span: part.name for part in found.parts}
 
     def one_pass(part, instruction):
+        part = part.span
         name = by_span[part]
         (asked if asked is not None else []).append((name, instruction))
         script = answers if instruction is None else {**answers, **(second or {})}
