@@ -3,7 +3,9 @@ tables and a chart, and written to `summary.json`.
 
 Speedup is reported both as Spec-Bench does (the tokens/s ratio per record, averaged) and as the ratio
 of total tokens over total time, both with the prefill included; "after 1st token" is the ratio without
-it, which is where drafting acts. Edit quality beside the speed: the fix rate (`fix`), pass@1 with each
+it, which is where drafting acts. For `preserve`, "answer tok/s" counts the answer's tokens instead of those
+the model made: an edit made definition by definition makes the docstrings and signatures, not the text
+around them, so it is the speed of the edit over the same module. Edit quality beside the speed: the fix rate (`fix`), pass@1 with each
 kind of instruction (`canitedit`), and for `preserve` the edits whose tests kept passing (kept), the mean
 share of what the instruction asked that the answer did (done, `done.py`), the edits kept and at least
 `USEFUL_DONE` done (useful), the broken ones and those of them the engine flagged; for every edit, how many
@@ -64,6 +66,8 @@ def summarize(rows: list[dict], tasks: list[str], strategies: list[str]) -> list
         summary.append({
             "task": task, "strategy": strategy, "records": len(mine), "new_tokens": tokens,
             "seconds": round(seconds, 3), "tokens_per_second": ratio(tokens, seconds),
+            "answer_tokens_per_second": ratio(sum(r["answer_tokens"] for r in mine), seconds)
+            if all("answer_tokens" in r for r in mine) else None,
             "speedup_mean": sum(speedups) / len(speedups) if speedups else None,
             "speedup_total": speedup_total, "decode_speedup": decode_speedup,
             "vs_llama_cpp": vs_llama_cpp, "vs_llama_cpp_decode": vs_llama_cpp_decode,
@@ -199,6 +203,7 @@ COLUMNS = (  # name, the summary key an optional column shows only when some ent
     ("strategy", None, lambda s: s["strategy"]),
     ("n", None, lambda s: str(s["records"])),
     ("tok/s", None, lambda s: fmt(s["tokens_per_second"], ".1f")),
+    ("answer tok/s", "answer_tokens_per_second", lambda s: fmt(s["answer_tokens_per_second"], ".1f")),
     ("speedup (mean)", None, lambda s: fmt(s["speedup_mean"], ".2f", "x")),
     ("speedup (total)", None, lambda s: fmt(s["speedup_total"], ".2f", "x")),
     ("after 1st token", None, lambda s: fmt(s["decode_speedup"], ".2f", "x")),

@@ -132,6 +132,8 @@ def measure(runner: Runner, strategy: str, record: data.Record, results: dict[st
     elif reference is None:
         row["speedup"] = 1.0
     row |= judged(record, result)
+    if record.task == "preserve":  # passes over definitions make less than their answer holds (`answer_tokens`)
+        row["answer_tokens"] = runner.assistant.count_tokens(result.text)
     if strategy.partition("@")[0] in ENGINE_STRATEGIES:
         q = quality(record.document, result.text, result.token_spans)
         row["attribution"] = {"kept": q.kept, "kept_attributed": q.kept_attributed, "attributed": q.attributed,

@@ -7,7 +7,9 @@ region of Python that parses and holds at least two definitions, is carried out 
 pass per definition (`plan`): each function and method, and each class's header (its lines before its
 first method) when classes are asked too. Every pass's prompt shows the whole file, read-only, before
 the definition and the instruction (`prompts.definition_prompt`), so all passes share that prefix and
-the prefix cache prefills the file once. Definitions that already have what was asked are skipped.
+the prefix cache prefills the file once. Definitions that already have what was asked are skipped. A
+pass ends where its answer copies the function's body after the docstring, which then follows as it stands
+(`body`, `selection.Rest`): the model writes the docstring or the signature, and copies the body no further.
 
 The passes stream as one answer to the region (`long_documents.stitched`), the text between the
 definitions kept verbatim. A pass's answer is shown only once it is judged (`grade`): it finished, and in

@@ -129,6 +129,7 @@ def test_preserve_run_counts_an_answer_cut_short_as_broken(monkeypatch, tmp_path
         assert row["test_outcome"] == "incomplete: the answer did not finish"
         assert row["checks"] is None and row["repairs"] == []  # an unfinished answer is not checked
     assert rows[1]["exact_match"]
+    assert all(row["answer_tokens"] > 0 for row in rows)  # the answer's own tokens, beside those the model made
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["kept"], s["broken"], s["flagged"]) for s in summary["results"]] == [(0, 1, 1), (0, 1, 1)]
     assert summary["environment"]["sandbox_network"] in ("unshare -n", "socket guard")

@@ -38,6 +38,16 @@ def test_table_leaves_out_columns_nothing_measured():
     assert "fix rate" not in table and "llama.cpp" not in table
 
 
+def test_an_edit_made_in_passes_is_timed_on_its_answers_tokens():
+    """Passes over definitions make fewer tokens than their answer holds: "answer tok/s" compares the edits."""
+    rows = [fake_row("pld+h", "a", 300, 10.0, 1.0, answer_tokens=1200),
+            fake_row("pld+h@one-pass", "a", 1000, 10.0, 1.0, answer_tokens=1000)]
+    summary = {s["strategy"]: s for s in report.summarize(rows, ["fix"], ["pld+h", "pld+h@one-pass"])}
+    assert summary["pld+h"]["answer_tokens_per_second"] == 120.0 and summary["pld+h"]["tokens_per_second"] == 30.0
+    assert "answer tok/s" in render(report.table(list(summary.values()), {}))
+    assert report.summarize([fake_row("ar", "a", 10, 2.0, 0.5)], ["fix"], ["ar"])[0]["answer_tokens_per_second"] is None
+
+
 def render(table) -> str:
     console = Console(width=400, record=True)
     console.print(table)
