@@ -6,7 +6,9 @@ Each measure is a share in [0, 1] of the things the instruction asked about, fou
 - type hints: the functions that lacked complete annotations and now have them. A function's annotations
   are complete when every parameter (`*args` and `**kwargs` included) but a first positional `self` or
   `cls` is annotated, and so is its return (`-> None` too: a missing return hint is not complete): the
-  engine's own rule (`checks.asked`), by which it skips the definitions that have what was asked;
+  engine's own rule (`checks.asked`), by which it skips the definitions that have what was asked. A
+  function hinted `-> None` that returns a value is not done (`checks.asked.none_but_returns`, by which
+  the engine grades a pass);
 - docstrings: the functions (and the classes, when the instruction asks for them too) that lacked a docstring
   and now have one: "Add a docstring to every function that lacks one." asks nothing of a class;
 - f-strings: the `%` formats (a string literal `%` something) converted: 1 less those left over those before;
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, by_name, has
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, by_name, has, none_but_returns
 
 HINTS, DOCSTRINGS = frozenset({ANNOTATIONS}), frozenset({DOCSTRING})
 
@@ -43,9 +45,11 @@ def functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
 
 
 def hints_done(before: str, after: str) -> float | None:
-    """The share of the functions lacking complete annotations before that have them after."""
+    """The share of the functions lacking complete annotations before that have them after, none of them a
+    `-> None` on a function that returns a value."""
     asked = {name for name, node in functions(before).items() if not has(node, HINTS)}
-    return share(asked, {name for name, node in functions(after).items() if has(node, HINTS)})
+    return share(asked, {name for name, node in functions(after).items()
+                         if has(node, HINTS) and not none_but_returns(node)})
 
 
 def docstrings_done(before: str, after: str, classes: bool = False) -> float | None:

@@ -57,17 +57,21 @@ def has(node: Definition, wanted: frozenset[str]) -> bool:
 
 
 def none_but_returns(function: Function) -> bool:
-    """Whether `function` is annotated `-> None` yet returns a value (a `return` of anything but None in its
-    own body, not in the functions and classes it defines): a hint that is wrong."""
-    if not (isinstance(function.returns, ast.Constant) and function.returns.value is None):
-        return False
+    """Whether `function` is annotated `-> None` yet returns or yields a value (`gives_value`): a hint that is
+    wrong."""
+    return isinstance(function.returns, ast.Constant) and function.returns.value is None and gives_value(function)
+
+
+def gives_value(function: Function) -> bool:
+    """Whether `function` returns a value (a `return` of anything but None) or yields, in its own body, not in
+    the functions and classes it defines."""
     stack: list[ast.AST] = [node for node in function.body if not isinstance(node, Definition)]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Return) and node.value is not None and not (
+        if isinstance(node, ast.Yield | ast.YieldFrom) or isinstance(node, ast.Return) and node.value is not None and not (
                 isinstance(node.value, ast.Constant) and node.value.value is None):
             return True
-        stack += [child for child in ast.iter_child_nodes(node) if not isinstance(child, Definition)]
+        stack += [child for child in ast.iter_child_nodes(node) if not isinstance(child, Definition | ast.Lambda)]
     return False
 
 

@@ -44,7 +44,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from functools import partial
 
-from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, has, none_but_returns, unannotated
+from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, gives_value, has, none_but_returns, unannotated
 from assistant.checks.instructions import preserving
 from assistant.checks.positions import LineIndex
 from assistant.checks.structure import check_structure
@@ -146,7 +146,8 @@ def sharper(name: str, node: ast.AST, wanted: frozenset[str]) -> str:
     if hints:
         bare = [f"`{name}`" for name in unannotated(node)]
         if node.returns is None:
-            bare.append("its return type (`-> None` if it returns nothing)")
+            bare.append("its return type (it returns a value: not `-> None`)" if gives_value(node)
+                        else "its return type (`-> None`: it returns nothing)")
         listed = ", ".join(bare[:-1]) + " and " + bare[-1] if len(bare) > 1 else "".join(bare)
         said += f" Annotate {listed}." if listed else ""
     return said + " Keep its code as it is."

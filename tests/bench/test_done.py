@@ -48,6 +48,9 @@ def test_hints_done_counts_the_functions_that_now_have_complete_hints():
                                                  "")) == 0.5  # Stack.of removed: not done, still asked
     assert done.hints_done(BEFORE, "def broken(:\n") == 0.0
     assert done.hints_done("def f(x: int) -> int:\n    return x\n", "") is None  # nothing was asked
+    wrong = after.replace("def describe(stack, sep=\", \"):", "def describe(stack: Stack, sep: str = \", \") -> None:")
+    assert done.hints_done(BEFORE, wrong) == 0.5  # `-> None` on a function that returns its text: not done
+    assert done.hints_done(BEFORE, wrong.replace(") -> None:\n    text", ") -> str:\n    text")) == 0.75
 
 
 def test_docstrings_done_counts_functions_and_classes_when_asked_by_qualified_name():

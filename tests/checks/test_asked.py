@@ -17,6 +17,8 @@ from assistant.checks.asked import by_name, none_but_returns
     ("def f() -> None:\n    def g():\n        return 1\n    return\n", False),  # g's return is g's
     ("def f() -> int:\n    return 1\n", False),
     ("def f():\n    return 1\n", False),
+    ("def f() -> None:\n    yield 1\n", True),  # a generator
+    ("def f() -> None:\n    g = lambda: (yield)\n", False),  # the lambda's
 ])
 def test_a_none_return_hint_is_wrong_where_the_function_returns_a_value(source, wrong):
     assert none_but_returns(ast.parse(source).body[0]) is wrong

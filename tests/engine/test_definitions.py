@@ -216,9 +216,9 @@ def test_a_definition_left_undone_gets_one_sharper_pass_and_the_better_answer_st
 def test_the_sharper_pass_names_the_parameters_left_to_annotate():
     found = plan(MODULE, (0, len(MODULE)), "Add type hints to every function.", "python")
     sharper = {part.name: part.sharper for part in found.parts}
-    assert sharper["area"] == ("Add type hints to `area`. Annotate `r` and its return type (`-> None` if it returns "
-                               "nothing). Keep its code as it is.")
-    assert "Annotate `name` and its return type" in sharper["Shape.__init__"]
+    assert sharper["area"] == ("Add type hints to `area`. Annotate `r` and its return type (it returns a value: not "
+                               "`-> None`). Keep its code as it is.")  # the 1.5B wrote `-> None` on such functions
+    assert "Annotate `name` and its return type (`-> None`: it returns nothing)" in sharper["Shape.__init__"]
     assert "`self`" not in sharper["Shape.__init__"]
     assert sharper["Shape.grow"] == "Add type hints to `Shape.grow`. Keep its code as it is."  # `inner` lacks them
 
