@@ -22,11 +22,6 @@ the two stands (`attempts`). Asked for type hints, an `__init__` left without a 
 changes: each pass is an ordinary generation, a cancel ends the whole answer, and the answer is checked
 and repaired as a whole.
 
-Measured with qwen2.5-coder-1.5b on 2 shared cores, "Add a docstring to every function that lacks one.":
-reprlib.py 15 of 17 functions documented (one pass: 0 of 17, the module copied), colorsys.py 7 of 7 (one
-pass: 6 of 7); the passes' tokens per second were 42% and 92% of the single pass's, which copied far more
-and wrote far less (measured 2026-11-26).
-
 Conservative by design: comments, the module's own docstring, an instruction that names one of the
 region's definitions, or one that asks to change what exists ("improve the docstrings") get the single
 pass they got before, and so does a file that does not parse.
