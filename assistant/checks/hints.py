@@ -30,7 +30,7 @@ from assistant.checks.lint import check_python
 from assistant.checks.positions import LineIndex
 from assistant.checks.rename import module_names
 from assistant.checks.report import Fix, Problem
-from assistant.checks.structure import annotations
+from assistant.checks.structure import annotation_nodes, annotations
 
 TYPING_NAMES = frozenset(typing.__all__)
 TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
@@ -60,7 +60,7 @@ def _typing_spellings(tree: ast.Module, text: str, before: str) -> list[Fix]:
     bound = module_names(tree) - imported
     lines = LineIndex(text)
     fixes = []
-    for node in (node for annotation in annotations(tree) for node in ast.walk(annotation)):
+    for node in annotation_nodes(tree):
         if _typing_name(node) and node.value.id not in bound and ast.unparse(node) not in before:
             start = lines.offset_utf8(node.lineno - 1, node.col_offset)
             fixes.append(Fix(start, start + len(node.value.id), "typing", None))
@@ -93,7 +93,7 @@ def _annotated_modules(tree: ast.Module) -> set[str]:
     same), those respelt with `typing` aside. Only modules this process has loaded are looked into: a module
     is never imported to check it."""
     named: dict[str, set[str]] = {}
-    for node in (node for annotation in annotations(tree) for node in ast.walk(annotation)):
+    for node in annotation_nodes(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and not _typing_name(node)
                 and node.value.id in sys.stdlib_module_names and not node.value.id.startswith("_")):
             named.setdefault(node.value.id, set()).add(node.attr)

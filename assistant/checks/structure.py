@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from assistant.checks.positions import LineIndex
@@ -143,12 +144,17 @@ def outline(text: str, typing_allowed: bool) -> dict[str, Scope] | None:
 
 def annotating_modules(tree: ast.Module) -> frozenset[str]:
     """The standard-library modules whose names a module uses in annotations and nowhere else."""
-    inside = {id(node) for annotation in annotations(tree) for node in ast.walk(annotation)}
+    inside = {id(node) for node in annotation_nodes(tree)}
     used: dict[str, bool] = {}  # name: only in annotations
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in sys.stdlib_module_names:
             used[node.id] = used.get(node.id, True) and id(node) in inside
     return frozenset(name for name, only in used.items() if only)
+
+
+def annotation_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of every annotation in a tree (`annotations`)."""
+    return (node for annotation in annotations(tree) for node in ast.walk(annotation))
 
 
 def annotations(tree: ast.AST) -> list[ast.expr]:
