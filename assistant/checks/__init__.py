@@ -12,14 +12,16 @@ for documentation edits elsewhere), and when it asks only for a rename (`renamin
 to Python code but that rename (`rename`). Prose is not checked, and the `Check` says so in its notes.
 Three functions say how to repair such an edit without a model, as `Fix`es of the after text:
 `unbroken_edit` which of its changed lines to undo so that it no longer breaks the syntax,
-`restorable_edit` how to undo the code it changed (Python), and `hint_fix_edit` how to define the
-names a type-hint edit used undefined, when that needs no guess (Python).
+`restorable_edit` how to undo the code it changed (Python), `hint_fix_edit` how to define the
+names a type-hint edit used undefined, when that needs no guess (Python), and `fragment_edit` how to put
+an answer that gave back only the definitions it added or changed into the file (Python).
 """
 
 from __future__ import annotations
 
 from assistant.checks.change import change_kind
 from assistant.checks.comments import check_comments
+from assistant.checks.fragment import fragment_fixes
 from assistant.checks.hints import hint_fixes
 from assistant.checks.instructions import preserving, renaming
 from assistant.checks.languages import language_of
@@ -38,6 +40,7 @@ __all__ = [
     "applied",
     "change_kind",
     "check_edit",
+    "fragment_edit",
     "hint_fix_edit",
     "language_of",
     "preserving",
@@ -92,3 +95,9 @@ def hint_fix_edit(before: str, after: str, *, language: str | None, instruction:
     """For a Python edit that should only add type hints: the `typing` imports it forgot and the forward
     references it did not quote (hints.hint_fixes)."""
     return hint_fixes(before, after) if language == "python" and preserving(instruction) == "annotations" else []
+
+
+def fragment_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
+    """For a Python answer that is a fragment (the definitions it added or changed, the rest left out and its
+    names left undefined): the Fixes that put back the statements it lacks (fragment.fragment_fixes)."""
+    return fragment_fixes(before, after) if language == "python" else []

@@ -44,8 +44,8 @@ def restoring(before: str, after_range: tuple[int, int], before_range: tuple[int
 
 
 def applied(text: str, fixes: list[Fix]) -> str:
-    """`text` with each of `fixes` (whose ranges do not overlap) made."""
-    for fix in sorted(fixes, reverse=True):
+    """`text` with each of `fixes` (whose ranges do not overlap) made; insertions at one place in their order."""
+    for _, fix in sorted(enumerate(fixes), key=lambda item: (item[1].start, item[1].end, item[0]), reverse=True):
         text = text[:fix.start] + fix.text + text[fix.end:]
     return text
 

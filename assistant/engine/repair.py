@@ -5,13 +5,13 @@ once against the request's document (`assistant.checks.check_edit`: the document
 document with the answer in place of the selection or of the whole, after), and the problems are
 given in offsets of the answer (those outside the rewritten range at its nearer edge).
 
-When repairs are allowed and an edit that should only annotate or document broke the syntax, changed
-the code of a definition or, adding type hints, used `typing` names it never imported, that is first
-repaired without a model (FIXERS): the fewest changed lines that make the syntax whole again are put
-back as the document had them (`checks.unbroken_edit`), then the changed code of each definition
-and the definitions removed or added (`checks.restorable_edit`), then the missing `typing` imports
-are written and forward references quoted (`checks.hint_fix_edit`). Asked to repair such answers,
-a 1.5B model gives them back unchanged.
+When repairs are allowed, some problems are first repaired without a model (FIXERS). Where an edit that
+should only annotate or document broke the syntax, the fewest changed lines that make it whole again are
+put back as the document had them (`checks.unbroken_edit`); then the changed code of each definition and
+the definitions removed or added (`checks.restorable_edit`). A Python answer that gave back only the
+definitions it added or changed, its names left undefined, is put into the file (`checks.fragment_edit`).
+Then a type-hint edit's missing `typing` imports are written and forward references quoted
+(`checks.hint_fix_edit`). Asked to repair such answers, a 1.5B model gives them back unchanged.
 While problems remain, a repair pass rewrites the answer itself (so drafts copy from it) on the
 original instruction followed by the problems, line by line (by default not for an edit that should only
 annotate or document, where such passes were measured to give the problems back: `model_passes`); when some problem is code the edit
@@ -52,6 +52,7 @@ CHANGED_CODE, SYNTAX, UNDEFINED_NAME = "changed-code", "syntax", "F821"
 Finder = Callable[..., list[Fix]]
 # how to repair each kind of problem without a model, in order
 FIXERS: tuple[tuple[str, Finder], ...] = ((SYNTAX, checks.unbroken_edit), (CHANGED_CODE, checks.restorable_edit),
+                                          (UNDEFINED_NAME, checks.fragment_edit),
                                           (UNDEFINED_NAME, checks.hint_fix_edit))
 
 

@@ -276,6 +276,17 @@ def test_a_forgotten_typing_import_is_written_without_a_model_pass():
     assert result.spans == [Span((len(line) + copied.output[0], len(line) + len(hinted)), copied.source)]
 
 
+def test_an_answer_with_only_its_new_definition_is_put_into_the_file_without_a_model_pass():
+    edit = Edit(DOCUMENT, "Add a function volume that uses area.", language="python")
+    fragment = "def volume(w, h, d):\n    return area(w, h) * d\n"
+    passes = Passes()
+    _, result = run(edit, answer(fragment, spans=[Span((0, 4), None)]), passes)
+    assert passes.asked == [] and result.problems == () and result.text == DOCUMENT + "\n\n" + fragment
+    (repair,) = result.repairs
+    assert repair.kept and not repair.model and [p.code for p in repair.problems_before] == ["F821"]
+    assert result.spans[0] == Span((0, len(DOCUMENT)), (0, len(DOCUMENT)))  # the file put back, attributed to it
+
+
 def test_a_fix_reaching_outside_the_selection_is_left_to_the_model_and_the_others_made():
     """The class, which holds a method, would be put back whole from its first line, outside the selection;
     the function inside is still put back without a model."""
