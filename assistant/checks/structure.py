@@ -152,6 +152,19 @@ def annotating_modules(tree: ast.Module) -> frozenset[str]:
     return frozenset(name for name, only in used.items() if only)
 
 
+def bound_names(tree: ast.Module | None) -> set[str]:
+    """The names a module binds anywhere: assigned, defined, imported or taken as parameters."""
+    names = set()
+    for node in ast.walk(tree or ast.Module([], [])):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) or isinstance(node, ast.arg):
+            names.add(node.id if isinstance(node, ast.Name) else node.arg)
+        elif isinstance(node, Scopeable):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
 def annotation_nodes(tree: ast.AST) -> Iterator[ast.AST]:
     """Every node of every annotation in a tree (`annotations`)."""
     return (node for annotation in annotations(tree) for node in ast.walk(annotation))

@@ -363,3 +363,18 @@ def test_the_passes_share_the_file_prefix_with_reuse_across_requests_off(embedde
         embedded.reuse_prefixes(config.settings().prefix_cache_mb)
     assert len(reused) == 5 and all(n > embedded.count_tokens(MODULE) for n in reused[1:])
     assert kept and set(kept) == {1}
+
+
+def test_special_methods_get_the_return_hint_the_data_model_fixes():
+    module = MODULE.replace("    def grow(self, by: float) -> None:", "    def __str__(self):\n        return self.name\n\n"
+                            "    def __len__(self) -> int:\n        return 0\n\n    def grow(self, by: float) -> None:")
+    shape = ("class Shape:\n    sides: int = 0", "eos")
+    text = "    def __str__(self):\n        return self.name"
+    events, _ = run({"Shape": shape, "Shape.__str__": (text, "eos")}, instruction="Add type hints to every function.",
+                    document=module)
+    assert "    def __str__(self) -> str:\n        return self.name" in events[-1].text
+    assert "def __len__(self) -> int:\n" in events[-1].text  # hinted already: left as it was
+    rebinding = module.replace("RATE = 2", "str = bytes")  # `str` is not the builtin here: no hint
+    events, _ = run({"Shape.__str__": (text, "eos")}, instruction="Add type hints to every function.",
+                    document=rebinding)
+    assert "    def __str__(self):\n" in events[-1].text
