@@ -34,6 +34,12 @@ from assistant.checks.structure import annotation_nodes, annotations
 
 TYPING_NAMES = frozenset(typing.__all__)
 TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
+# Classes of the standard library that `typing` does not export, by the one module each lives in: annotations name
+# them bare (the 1.5B hinted `x: deque` in reprlib, which imports nothing from `collections`). Names that are also
+# modules (`datetime`, `time`) are left out: which one an annotation means is a guess.
+CLASSES = {"deque": "collections", "defaultdict": "collections", "Decimal": "decimal", "Fraction": "fractions",
+           "Path": "pathlib", "PurePath": "pathlib", "date": "datetime", "timedelta": "datetime", "Enum": "enum",
+           "partial": "functools", "UUID": "uuid", "ZoneInfo": "zoneinfo", "Thread": "threading"}
 
 
 def hint_fixes(before: str, after: str) -> list[Fix]:
@@ -76,15 +82,24 @@ def _typing_name(node: ast.AST) -> bool:
 
 
 def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
-    """The insertion of the imports of those of `names` that are `typing`, its exports, classes of `types` or
-    standard-library modules whose attributes an annotation names."""
+    """The insertion of the imports of those of `names` that are `typing`, its exports, classes of `types`,
+    `CLASSES` that only annotations name, or standard-library modules whose attributes an annotation names."""
     modules = sorted(names & _annotated_modules(tree) - {"typing"})
     lines = [f"import {module}\n" for module in ["typing"] * ("typing" in names) + modules]
-    for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES)):
+    bare = {node.id for node in annotation_nodes(tree) if isinstance(node, ast.Name)} - _values(tree)
+    homes = sorted({CLASSES[name] for name in names & bare & CLASSES.keys()})
+    classes = [(home, {name for name, module in CLASSES.items() if module == home}) for home in homes]
+    for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES), *classes):
         imported = sorted(names & exported)
         lines += [f"from {module} import {', '.join(imported)}\n"] if imported else []
     at = _first_statement(tree, text)
     return [Fix(at, at, "".join(lines), None)] if lines and at is not None else []
+
+
+def _values(tree: ast.Module) -> set[str]:
+    """The names a module reads outside its annotations."""
+    inside = {id(node) for node in annotation_nodes(tree)}
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in inside}
 
 
 def _annotated_modules(tree: ast.Module) -> set[str]:

@@ -5,7 +5,8 @@ program must do exactly what it did before. Both texts are parsed with `ast`, th
 what such an edit may add: annotations (of arguments and returns; `x: T = v` becomes `x = v`,
 a bare `x: T` goes), string statements (docstrings) and, for type hints, imports from typing-like
 modules, a plain `import` of a standard-library module that only annotations name (`import io` for
-`stream: io.TextIOWrapper`), `if TYPE_CHECKING:` blocks, `TypeVar`-like definitions and `TypeAlias`es.
+`stream: io.TextIOWrapper`) and the names imported from one that only annotations read (`from collections
+import deque` for `items: deque`), `if TYPE_CHECKING:` blocks, `TypeVar`-like definitions and `TypeAlias`es.
 Comments are not in the tree.
 What is left is compared per function and class by qualified name, so a difference is reported
 as "the edit changed code in `hls_to_rgb`" at the changed statements of that function in the
@@ -68,7 +69,7 @@ class Outline(ast.NodeTransformer):
 
     def __init__(self, typing_allowed: bool, annotating: frozenset[str] = frozenset()) -> None:
         self.typing_allowed = typing_allowed
-        self.annotating = annotating  # modules whose plain `import` only annotations need
+        self.annotating = annotating  # names only annotations read
         self.scopes: dict[str, Scope] = {}
         self.stack: list[str] = []
 
@@ -115,11 +116,19 @@ class Outline(ast.NodeTransformer):
     def visit_Import(self, node: ast.Import) -> ast.AST | None:
         if self.typing_allowed:
             node.names = [alias for alias in node.names if not _typing_module(alias.name)
-                          and not (alias.asname is None and alias.name in self.annotating)]
+                          and not self._annotating(alias, alias.name)]
         return node if node.names else None
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
-        return None if self.typing_allowed and _typing_module(node.module) else node
+        if self.typing_allowed and _typing_module(node.module):
+            return None
+        if self.typing_allowed and not node.level:
+            node.names = [alias for alias in node.names if not self._annotating(alias, node.module or "")]
+        return node if node.names else None
+
+    def _annotating(self, alias: ast.alias, module: str) -> bool:
+        """Whether an import from a standard-library `module` binds, by its own name, a name only annotations read."""
+        return alias.asname is None and alias.name in self.annotating and module.split(".")[0] in sys.stdlib_module_names
 
     def visit_If(self, node: ast.If) -> ast.AST | None:
         if self.typing_allowed and _names(node.test).endswith("TYPE_CHECKING") and not node.orelse:
@@ -139,15 +148,16 @@ def outline(text: str, typing_allowed: bool) -> dict[str, Scope] | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return Outline(typing_allowed, annotating_modules(tree) if typing_allowed else frozenset()).outline(tree)
+    return Outline(typing_allowed, annotation_only(tree) if typing_allowed else frozenset()).outline(tree)
 
 
-def annotating_modules(tree: ast.Module) -> frozenset[str]:
-    """The standard-library modules whose names a module uses in annotations and nowhere else."""
+def annotation_only(tree: ast.Module) -> frozenset[str]:
+    """The names a module reads in annotations and nowhere else (a plain `import` binds a standard-library
+    module's; a name imported from one, its own)."""
     inside = {id(node) for node in annotation_nodes(tree)}
     used: dict[str, bool] = {}  # name: only in annotations
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in sys.stdlib_module_names:
+        if isinstance(node, ast.Name):
             used[node.id] = used.get(node.id, True) and id(node) in inside
     return frozenset(name for name, only in used.items() if only)
 

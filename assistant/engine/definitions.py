@@ -66,7 +66,7 @@ DOCSTRING_ROOM = 256
 # The return type of each special method whose type the data model fixes: Python raises TypeError when one returns
 # anything else (`dunder_hints`).
 RETURNS = {"__init__": "None", "__str__": "str", "__repr__": "str", "__format__": "str", "__bytes__": "bytes",
-           "__len__": "int", "__length_hint__": "int", "__hash__": "int", "__index__": "int", "__int__": "int",
+           "__len__": "int", "__hash__": "int", "__index__": "int", "__int__": "int",
            "__float__": "float", "__complex__": "complex", "__bool__": "bool"}
 
 

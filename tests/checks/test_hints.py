@@ -40,6 +40,19 @@ def test_a_standard_library_module_an_annotation_names_gets_its_import():
     assert hint_fix_edit(BEFORE, used, language="python", instruction=HINTS) == []
 
 
+def test_a_standard_library_class_an_annotation_names_bare_gets_its_import():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: deque, s: Optional[Decimal]) -> date:")
+    [fix] = hint_fix_edit(BEFORE, after, language="python", instruction=HINTS)
+    fixed = applied(after, [fix])
+    assert ("from typing import Optional\nfrom collections import deque\nfrom datetime import date\n"
+            "from decimal import Decimal\nimport math\n") in fixed
+    assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
+    used = after.replace("return h, s", "return deque(h), s")  # a class the code uses too is the model's to fix
+    assert "collections" not in applied(used, hint_fix_edit(BEFORE, used, language="python", instruction=HINTS))
+    guess = BEFORE.replace("def hls(h, s):", "def hls(h: datetime, s: float):")  # the module or its class?
+    assert hint_fix_edit(BEFORE, guess, language="python", instruction=HINTS) == []
+
+
 def test_a_typing_name_spelt_as_a_module_attribute_is_spelt_with_typing():
     after = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s: io.IOBase) -> collections.Iterable[str]:")
     fixed = applied(after, hint_fix_edit(BEFORE, after, language="python", instruction=HINTS))

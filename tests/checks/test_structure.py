@@ -126,6 +126,18 @@ def test_importing_a_module_only_annotations_name_is_part_of_type_hints():
         "the edit added code at module level"]
 
 
+def test_importing_a_class_only_annotations_name_from_the_standard_library_is_part_of_type_hints():
+    before = "def f(items):\n    return len(items)\n"
+    after = "from collections import deque\n\n\ndef f(items: deque) -> int:\n    return len(items)\n"
+    assert structural(check_edit(before, after, language="python", instruction=TYPE_HINTS)) == []
+    used = after.replace("return len(items)", "return len(deque(items))")  # a value: code the edit added
+    assert "the edit added code at module level" in structural(check_edit(before, used, language="python",
+                                                                              instruction=TYPE_HINTS))
+    foreign = after.replace("from collections", "from numpy")  # not the standard library: an import may run code
+    assert "the edit added code at module level" in structural(check_edit(before, foreign, language="python",
+                                                                              instruction=TYPE_HINTS))
+
+
 def test_a_typing_import_is_a_change_when_only_docstrings_were_asked_for():
     before = "def f(x):\n    return x\n"
     after = "from typing import Any\n\n\ndef f(x: Any) -> Any:\n    \"\"\"Return x.\"\"\"\n    return x\n"
