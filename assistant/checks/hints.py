@@ -15,7 +15,9 @@ the module fails at import with a NameError (ruff's F821). Neither fix is a gues
   is where such names live, and `io.TextIO` fails at import (an AttributeError, even with `io` imported);
 - a name in an annotation that the module defines as a class or at its own level, later than the
   annotation is evaluated, is quoted where it stands (`-> "Box"`), a forward reference as PEP 484
-  spells it, which changes nothing at run time.
+  spells it, which changes nothing at run time;
+- a name in an annotation that is, but for its case, a name `typing` exports is spelt as `typing` does, and
+  imported (`key: hashable`: `Hashable`): undefined, it fails at import, and no other reading is near.
 Any other undefined name is left to a repair pass of the model.
 """
 
@@ -30,10 +32,12 @@ from assistant.checks.lint import check_python
 from assistant.checks.positions import LineIndex
 from assistant.checks.rename import module_names
 from assistant.checks.report import Fix, Problem
-from assistant.checks.structure import annotation_nodes, annotations
+from assistant.checks.structure import TYPING_MODULES, annotation_nodes, annotations, bound_names
 
 TYPING_NAMES = frozenset(typing.__all__)
 TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
+TYPING_CASES = {lower: tuple(sorted(name for name in TYPING_NAMES if name.lower() == lower))  # by their lower case
+                for lower in {name.lower() for name in TYPING_NAMES}}
 # Classes of the standard library that `typing` does not export, by the one module each lives in: annotations name
 # them bare (the 1.5B hinted `x: deque` in reprlib, which imports nothing from `collections`). Names that are also
 # modules (`datetime`, `time`) are left out: which one an annotation means is a guess.
@@ -52,10 +56,12 @@ def hint_fixes(before: str, after: str) -> list[Fix]:
     undefined = [problem for problem in check_python(before, after).problems if problem.code == "F821"]
     quoted = _forward_references(tree, after, undefined)
     spelt = _typing_spellings(tree, after, before)
-    fixed = {(fix.start, fix.end) for fix in quoted + spelt}
+    cased = _typing_cases(tree, after, undefined)
+    fixed = {(fix.start, fix.end) for fix in quoted + spelt + cased}
     names = {after[problem.start:problem.end] for problem in undefined if (problem.start, problem.end) not in fixed}
+    names |= {fix.text for fix in cased} - module_names(tree)
     names |= {"typing"} if spelt and "typing" not in module_names(tree) else set()
-    return sorted(_imports(tree, after, names) + quoted + spelt)
+    return sorted(_imports(tree, after, names) + quoted + spelt + cased)
 
 
 def _typing_spellings(tree: ast.Module, text: str, before: str) -> list[Fix]:
@@ -70,6 +76,26 @@ def _typing_spellings(tree: ast.Module, text: str, before: str) -> list[Fix]:
         if _typing_name(node) and node.value.id not in bound and ast.unparse(node) not in before:
             start = lines.offset_utf8(node.lineno - 1, node.col_offset)
             fixes.append(Fix(start, start + len(node.value.id), "typing", None))
+    return fixes
+
+
+def _typing_cases(tree: ast.Module, text: str, undefined: list[Problem]) -> list[Fix]:
+    """The respelling of each undefined name in an annotation that is, but for its case, one name `typing`
+    exports and the module binds to nothing else (`hashable`: `Hashable`, which it may have imported from
+    `typing` already), but a class of `CLASSES` (`deque` is imported as it is)."""
+    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module in TYPING_MODULES for alias in node.names}
+    lines, bound = LineIndex(text), bound_names(tree) - imported
+    values = {id(node.value) for node in annotation_nodes(tree) if isinstance(node, ast.Attribute)}
+    bare = {(lines.offset_utf8(node.lineno - 1, node.col_offset), node.id) for node in annotation_nodes(tree)
+            if isinstance(node, ast.Name) and id(node) not in values and node.id not in sys.stdlib_module_names}
+    fixes = []
+    for problem in undefined:
+        name = text[problem.start:problem.end]
+        matches = TYPING_CASES.get(name.lower(), ())
+        wanted = len(matches) == 1 and matches[0] not in bound | {name} and name not in CLASSES
+        if (problem.start, name) in bare and wanted:
+            fixes.append(Fix(problem.start, problem.end, matches[0], None))
     return fixes
 
 

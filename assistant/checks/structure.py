@@ -128,7 +128,8 @@ class Outline(ast.NodeTransformer):
 
     def _annotating(self, alias: ast.alias, module: str) -> bool:
         """Whether an import from a standard-library `module` binds, by its own name, a name only annotations read."""
-        return alias.asname is None and alias.name in self.annotating and module.split(".")[0] in sys.stdlib_module_names
+        standard = module.split(".")[0] in sys.stdlib_module_names
+        return standard and alias.asname is None and alias.name in self.annotating
 
     def visit_If(self, node: ast.If) -> ast.AST | None:
         if self.typing_allowed and _names(node.test).endswith("TYPE_CHECKING") and not node.orelse:

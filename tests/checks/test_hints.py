@@ -53,6 +53,19 @@ def test_a_standard_library_class_an_annotation_names_bare_gets_its_import():
     assert hint_fix_edit(BEFORE, guess, language="python", instruction=HINTS) == []
 
 
+def test_a_typing_name_in_the_wrong_case_is_spelt_as_typing_does():
+    after = BEFORE.replace("def hls(h, s):", "def hls(h: hashable, s: Optional[iterable]) -> float:")
+    fixed = applied(after, hint_fix_edit(BEFORE, after, language="python", instruction=HINTS))
+    assert "from typing import Hashable, Iterable, Optional\n" in fixed
+    assert "def hls(h: Hashable, s: Optional[Iterable]) -> float:" in fixed
+    assert check_edit(BEFORE, fixed, language="python", instruction=HINTS).problems == ()
+    own = after.replace("import math", "import math\n\n\nclass Hashable:\n    pass")  # the module's own name
+    assert "Hashable]" not in applied(own, hint_fix_edit(BEFORE, own, language="python", instruction=HINTS))
+    imported = after.replace("import math", "from typing import Hashable\nimport math")  # a slip of a name it has
+    fixed = applied(imported, hint_fix_edit(BEFORE, imported, language="python", instruction=HINTS))
+    assert "def hls(h: Hashable," in fixed and fixed.count("Hashable") == 2
+
+
 def test_a_typing_name_spelt_as_a_module_attribute_is_spelt_with_typing():
     after = BEFORE.replace("def hls(h, s):", "def hls(h: io.TextIO, s: io.IOBase) -> collections.Iterable[str]:")
     fixed = applied(after, hint_fix_edit(BEFORE, after, language="python", instruction=HINTS))
