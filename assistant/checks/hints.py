@@ -18,7 +18,9 @@ the module fails at import with a NameError (ruff's F821). Neither fix is a gues
   spells it, which changes nothing at run time;
 - a name in an annotation that is, but for its case, a name `typing` exports is spelt as `typing` does, and
   imported (`key: hashable`: `Hashable`): undefined, it fails at import, and no other reading is near.
-Any other undefined name is left to a repair pass of the model.
+An annotation that names anything else undefined is removed (`x: Token` becomes `x`): a hint to a type that
+is nowhere cannot be made right without a guess, and it makes the module fail at import. An undefined name
+outside annotations is the model's to repair.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ CLASSES = {"deque": "collections", "defaultdict": "collections", "Decimal": "dec
 
 
 def hint_fixes(before: str, after: str) -> list[Fix]:
-    """The Fixes of the names `after` uses undefined where `before` did not (ruff's F821) that are `typing`
-    names or forward references in annotations, in order; none when `after` does not parse."""
+    """The Fixes of the names `after` uses undefined in annotations where `before` did not (ruff's F821): imports,
+    respellings, quoted forward references, and the removal of the annotations that are left naming one; in
+    order, and none when `after` does not parse."""
     try:
         tree = ast.parse(after)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -61,7 +64,11 @@ def hint_fixes(before: str, after: str) -> list[Fix]:
     names = {after[problem.start:problem.end] for problem in undefined if (problem.start, problem.end) not in fixed}
     names |= {fix.text for fix in cased} - module_names(tree)
     names |= {"typing"} if spelt and "typing" not in module_names(tree) else set()
-    return sorted(_imports(tree, after, names) + quoted + spelt + cased)
+    imports, covered = _imports(tree, after, names)
+    fixes = imports + quoted + spelt + cased
+    left = [problem for problem in undefined if (problem.start, problem.end) not in fixed
+            and after[problem.start:problem.end] not in covered]
+    return sorted(fixes + _dropped(tree, after, left, fixes))
 
 
 def _typing_spellings(tree: ast.Module, text: str, before: str) -> list[Fix]:
@@ -107,19 +114,51 @@ def _typing_name(node: ast.AST) -> bool:
     return module is not None and node.attr in TYPING_NAMES and not hasattr(module, node.attr)
 
 
-def _imports(tree: ast.Module, text: str, names: set[str]) -> list[Fix]:
+def _imports(tree: ast.Module, text: str, names: set[str]) -> tuple[list[Fix], set[str]]:
     """The insertion of the imports of those of `names` that are `typing`, its exports, classes of `types`,
-    `CLASSES` that only annotations name, or standard-library modules whose attributes an annotation names."""
+    `CLASSES` that only annotations name, or standard-library modules whose attributes an annotation names;
+    and the names it imports."""
     modules = sorted(names & _annotated_modules(tree) - {"typing"})
     lines = [f"import {module}\n" for module in ["typing"] * ("typing" in names) + modules]
+    covered = names & {"typing", *modules}
     bare = {node.id for node in annotation_nodes(tree) if isinstance(node, ast.Name)} - _values(tree)
     homes = sorted({CLASSES[name] for name in names & bare & CLASSES.keys()})
     classes = [(home, {name for name, module in CLASSES.items() if module == home}) for home in homes]
     for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES), *classes):
         imported = sorted(names & exported)
         lines += [f"from {module} import {', '.join(imported)}\n"] if imported else []
+        covered |= set(imported)
     at = _first_statement(tree, text)
-    return [Fix(at, at, "".join(lines), None)] if lines and at is not None else []
+    return ([Fix(at, at, "".join(lines), None)], covered) if lines and at is not None else ([], set())
+
+
+def _dropped(tree: ast.Module, text: str, undefined: list[Problem], fixes: list[Fix]) -> list[Fix]:
+    """The removal of each annotation of a parameter, a return or an assignment with a value that names one of
+    `undefined` and overlaps none of `fixes`: a hint to a type that is nowhere (the 1.5B wrote `-> Token` in
+    shlex) fails at import, and no fix can tell what was meant."""
+    lines = LineIndex(text)
+    spans = set()
+    for node in ast.walk(tree):
+        for start, annotation in _annotated(node, lines):
+            end = lines.offset_utf8(annotation.end_lineno - 1, annotation.end_col_offset)
+            if any(start <= p.start and p.end <= end for p in undefined) and \
+                    not any(fix.start < end and start < fix.end for fix in fixes):
+                spans.add((start, end))
+    return [Fix(start, end, "", None) for start, end in sorted(spans)]
+
+
+def _annotated(node: ast.AST, lines: LineIndex) -> list[tuple[int, ast.expr]]:
+    """The annotations of a parameter, a function's return or an assignment with a value, each with the offset
+    its removal starts at: after the parameter's or target's name, or before the function's `->`."""
+    text = lines.text
+    if isinstance(node, ast.arg) and node.annotation is not None:
+        return [(lines.offset_utf8(node.lineno - 1, node.col_offset) + len(node.arg), node.annotation)]
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return [(lines.offset_utf8(node.target.end_lineno - 1, node.target.end_col_offset), node.annotation)]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+        arrow = text.rfind("->", 0, lines.offset_utf8(node.returns.lineno - 1, node.returns.col_offset))
+        return [(len(text[:arrow].rstrip(" \t")), node.returns)]
+    return []
 
 
 def _values(tree: ast.Module) -> set[str]:

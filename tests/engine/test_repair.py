@@ -74,6 +74,7 @@ def run(edit: Edit, first_answer: Result, passes: Passes, attempts: int = 2):
 
 PYTHON = Edit(DOCUMENT, INSTRUCTION, language="python")
 TIDY = Edit(DOCUMENT, "Tidy this up.", language="python")  # asks for code changes: ruff alone checks them
+DOCUMENTED = Edit(DOCUMENT, "Add a docstring to every function.", language="python")  # no fix defines `Num` here
 
 
 def test_a_clean_answer_is_checked_once_and_not_repaired():
@@ -85,12 +86,12 @@ def test_a_clean_answer_is_checked_once_and_not_repaired():
 
 def test_problems_are_repaired_on_the_answer_and_the_problems_named():
     passes = Passes(answer(HINTED))
-    events, result = run(PYTHON, answer(UNDEFINED), passes)
+    events, result = run(TIDY, answer(UNDEFINED), passes)
     [repairing] = [e for e in events if isinstance(e, Repairing)]
     assert repairing.attempt == 1 and [p.code for p in repairing.problems] == ["F821"] * 3
     [asked] = passes.asked
     assert asked.document == UNDEFINED and asked.selection is None and asked.language == "python"
-    assert asked.instruction == (f"{INSTRUCTION}\n\nThe edit introduced these problems:\n"
+    assert asked.instruction == (f"{TIDY.instruction}\n\nThe edit introduced these problems:\n"
                                  "line 1: Undefined name `Num`\nline 1: Undefined name `Num`\n"
                                  "line 1: Undefined name `Num`\nFix them and change nothing else.")
     assert asked.references == ()  # no changed code: the text before the edit is not needed
@@ -145,7 +146,7 @@ def test_an_unfinished_answer_is_not_checked(stopped):
 
 
 def test_an_unfinished_repair_is_dropped():
-    _, result = run(PYTHON, answer(UNDEFINED), Passes(answer(HINTED[:10], "length")))
+    _, result = run(TIDY, answer(UNDEFINED), Passes(answer(HINTED[:10], "length")))
     [repair] = result.repairs
     assert not repair.kept and result.text == UNDEFINED and len(result.problems) == 3
 
@@ -183,7 +184,7 @@ def test_a_pass_that_copies_its_problem_lines_is_given_up_there():
 def test_a_cancel_stops_repairing():
     cancel = threading.Event()
     cancel.set()
-    events = checked_events(PYTHON, answer(UNDEFINED), Passes(answer(HINTED)), 2, cancel)
+    events = checked_events(TIDY, answer(UNDEFINED), Passes(answer(HINTED)), 2, cancel)
     assert events[-1].text == UNDEFINED and events[-1].repairs == () and len(events[-1].problems) == 3
 
 
@@ -202,7 +203,7 @@ def test_a_repair_that_cannot_run_is_a_note():
             if self.first is None:
                 raise RewriteError("the prompt is too long")
             return super().answer(request, cancel)
-    events = checked_events(PYTHON, answer(UNDEFINED), Refuses())
+    events = checked_events(TIDY, answer(UNDEFINED), Refuses())
     result = events[-1]
     assert result.text == UNDEFINED and len(result.problems) == 3 and result.repairs == ()
     assert result.check.notes == ("no repair: the prompt is too long",)
@@ -323,7 +324,7 @@ def test_no_restore_when_repair_is_off():
 def test_selection_problems_point_into_the_answer_and_the_repair_rewrites_it_in_place():
     document = "import os\n\n" + DOCUMENT + "\nprint(os.sep)\n"
     start = document.index("def")
-    edit = Edit(document, INSTRUCTION, (start, start + len(DOCUMENT)), "python")
+    edit = Edit(document, TIDY.instruction, (start, start + len(DOCUMENT)), "python")
     passes = Passes(answer(HINTED))
     _, result = run(edit, answer(UNDEFINED), passes)
     [repair] = result.repairs
@@ -349,7 +350,7 @@ def test_a_kept_repairs_attribution_is_traced_to_the_original_document():
     before, after = "def noop():\n    pass\n", "area(1, 2)\n"
     document, start = before + DOCUMENT + after, len(before)
     end = start + len(DOCUMENT)
-    edit = Edit(document, INSTRUCTION, (start, end), "python")
+    edit = Edit(document, TIDY.instruction, (start, end), "python")
     # The first answer copied its last line from the document; the repair copies from that answer and
     # from the text around it (the repair's document: `before`, the answer, `after`).
     line, copied, hinted = DOCUMENT.index("    return"), UNDEFINED.index("    return"), HINTED.index("    return")
@@ -385,8 +386,8 @@ def test_an_edit_that_should_only_annotate_gets_no_model_pass_unless_asked():
     fixes without a model are named, not given to the model; a request that asks for repairs gets the passes."""
     passes = Passes(answer(HINTED))
     passes.first = answer(UNDEFINED)
-    result = list(checked(passes, request(PYTHON), 2, None))[-1]
+    result = list(checked(passes, request(DOCUMENTED), 2, None))[-1]
     assert result.repairs == () and result.problems and passes.asked == []
     passes = Passes(answer(HINTED))
     passes.first = answer(UNDEFINED)
-    assert list(checked(passes, request(PYTHON, 2), 2, None))[-1].repairs
+    assert list(checked(passes, request(DOCUMENTED, 2), 2, None))[-1].repairs
