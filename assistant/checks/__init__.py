@@ -12,7 +12,8 @@ for documentation edits elsewhere), and when it asks only for a rename (`renamin
 to Python code but that rename (`rename`). Prose is not checked, and the `Check` says so in its notes.
 Three functions say how to repair such an edit without a model, as `Fix`es of the after text:
 `unbroken_edit` which of its changed lines to undo so that it no longer breaks the syntax,
-`restorable_edit` how to undo the code it changed (Python), `hint_fix_edit` how to define the
+`restorable_edit` how to undo the code it changed (Python), `default_edit` how to put back the default
+values it changed and keep the hints beside them (Python), `hint_fix_edit` how to define the
 names a type-hint edit used undefined, when that needs no guess (Python), and `fragment_edit` how to put
 an answer that gave back only the definitions it added or changed into the file (Python).
 """
@@ -28,7 +29,7 @@ from assistant.checks.languages import language_of
 from assistant.checks.lint import check_python
 from assistant.checks.rename import check_rename
 from assistant.checks.report import Check, Fix, Problem, applied, combine
-from assistant.checks.restore import restorable
+from assistant.checks.restore import restorable, restored_defaults
 from assistant.checks.structure import check_structure
 from assistant.checks.syntax import GRAMMARS, LANGUAGES, check_syntax
 from assistant.checks.unbreak import unbreaking
@@ -40,6 +41,7 @@ __all__ = [
     "applied",
     "change_kind",
     "check_edit",
+    "default_edit",
     "fragment_edit",
     "hint_fix_edit",
     "language_of",
@@ -82,6 +84,12 @@ def restorable_edit(before: str, after: str, *, language: str | None, instructio
     removed or added (restore.restorable); else none."""
     kind = preserving(instruction)
     return restorable(before, after, kind) if language == "python" and kind is not None else []
+
+
+def default_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:
+    """For a Python edit that should only annotate or document: the Fixes that put back the parameters' default
+    values it added, changed or removed (restore.restored_defaults); else none."""
+    return restored_defaults(before, after) if language == "python" and preserving(instruction) is not None else []
 
 
 def unbroken_edit(before: str, after: str, *, language: str | None, instruction: str) -> list[Fix]:

@@ -10,17 +10,21 @@ make. Each Fix keeps as much of the edit as it can:
 - a removed definition goes back, with the blank lines after it, where the line diff of the two
   texts puts its first line, kept between its surviving neighbours;
 - an added definition goes, with the blank lines after it.
-A definition inside one put back whole needs no Fix of its own. Invariant: every Fix's text is the
-text before the edit at its source, or empty.
+A definition inside one put back whole needs no Fix of its own. `restored_defaults` puts back only the
+default values of parameters, so that the type hints written beside them stay. Invariant: every Fix's
+text is the text before the edit at its source, or empty, or (a default put back where it went) an `=`
+and that text.
 """
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator
 from itertools import pairwise
 
 from assistant.checks.positions import LineIndex, line_diff
 from assistant.checks.report import Fix, restoring
-from assistant.checks.structure import Scope, Span, differing, outline
+from assistant.checks.structure import Scope, Scopeable, Span, differing, outline
 
 
 def restorable(before: str, after: str, kind: str) -> list[Fix]:
@@ -124,3 +128,70 @@ def _with_blank_lines(lines: LineIndex, span: Span) -> tuple[int, int]:
 def _lines(lines: LineIndex, span: Span) -> tuple[int, int]:
     """The character range of the whole lines a span covers, their last line break included."""
     return lines.offset(span[0] - 1, 0), lines.offset(span[2], 0)
+
+
+def restored_defaults(before: str, after: str) -> list[Fix]:
+    """The Fixes that put back, in each function of `after` whose parameters have the names, order and kinds
+    they had in `before` (matched by qualified name), every default value as `before` had it: one added goes,
+    one changed or removed comes back. The 1.5B, adding type hints, also writes `dir_fd: int = None` where
+    there was no default; the hint can stay, the default cannot. None where a text does not parse."""
+    try:
+        old, new = ast.parse(before), ast.parse(after)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    olds, lines = dict(_functions(old)), (LineIndex(before), LineIndex(after))
+    fixes = []
+    for name, function in _functions(new):
+        if name in olds and _parameters(olds[name]) == _parameters(function):
+            for was, now in zip(_defaults(olds[name]), _defaults(function)):
+                fixes += _default_fix(lines, was, now)
+    return sorted(fixes)
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function of a tree by qualified name, at any depth."""
+    for node in ast.iter_child_nodes(tree):
+        name = prefix + getattr(node, "name", "")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield name, node
+        yield from _functions(node, name + "." if isinstance(node, Scopeable) else prefix)
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple:
+    """A function's parameters' names by kind."""
+    args = function.args
+    return tuple(tuple(a.arg for a in group) for group in (args.posonlyargs, args.args, args.kwonlyargs)) + (
+        args.vararg and args.vararg.arg, args.kwarg and args.kwarg.arg)
+
+
+def _defaults(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.arg, ast.expr | None]]:
+    """Each positional and keyword-only parameter with its default (None where it has none)."""
+    args = function.args
+    positional = args.posonlyargs + args.args
+    padded = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    return list(zip(positional, padded)) + list(zip(args.kwonlyargs, args.kw_defaults))
+
+
+def _default_fix(lines: tuple[LineIndex, LineIndex], was: tuple[ast.arg, ast.expr | None],
+                 now: tuple[ast.arg, ast.expr | None]) -> list[Fix]:
+    """The Fix that gives a parameter of the function after the default it had before, if they differ."""
+    (before, after), (_, old), (parameter, new) = lines, was, now
+    old_text = None if old is None else _segment(before, old)
+    if old_text == (None if new is None else _segment(after, new)):
+        return []
+    end = parameter.annotation or parameter
+    at = after.offset_utf8(end.end_lineno - 1, end.end_col_offset)
+    if new is None:  # removed: it comes back, spaced as PEP 8 spaces it beside an annotation or not
+        return [Fix(at, at, (" = " if parameter.annotation else "=") + old_text, None)]
+    stop = after.offset_utf8(new.end_lineno - 1, new.end_col_offset)
+    if old is None:  # added: it goes, with the `=` and the spaces around it
+        return [Fix(at, stop, "", None)]
+    start = after.offset_utf8(new.lineno - 1, new.col_offset)
+    source = (before.offset_utf8(old.lineno - 1, old.col_offset),
+              before.offset_utf8(old.end_lineno - 1, old.end_col_offset))
+    return [Fix(start, stop, old_text, source)]
+
+
+def _segment(lines: LineIndex, node: ast.expr) -> str:
+    return lines.text[lines.offset_utf8(node.lineno - 1, node.col_offset):
+                      lines.offset_utf8(node.end_lineno - 1, node.end_col_offset)]

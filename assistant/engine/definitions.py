@@ -18,8 +18,9 @@ as it was, and the Result's `definitions` names it as failed. A pass that left i
 all that was asked, or changed its code, is followed by one more with a sharper instruction that names
 the definition and, for type hints, the parameters to annotate (`Part.sharper`); the better graded of
 the two stands (`attempts`). Asked for type hints, a special method left without a return hint gets the one
-the data model fixes without a model (`dunder_hints`): ` -> None` on `__init__`, ` -> str` on `__str__`, and
-so on; Python raises TypeError for any other, and the 1.5B left them out or wrote `-> None`. Nothing else
+the data model fixes without a model (` -> None` on `__init__`, ` -> str` on `__str__`, and so on: Python
+raises TypeError for any other, and the 1.5B left them out), and a default value it added or changed beside a
+hint is put back (`completed`). Nothing else
 changes: each pass is an ordinary generation, a cancel ends the whole answer, and the answer is checked
 and repaired as a whole.
 
@@ -43,10 +44,13 @@ from functools import partial
 from assistant.checks.asked import ANNOTATIONS, DOCSTRING, complete, gives_value, has, none_but_returns, unannotated
 from assistant.checks.instructions import preserving
 from assistant.checks.positions import LineIndex
+from assistant.checks.report import Fix, applied
+from assistant.checks.restore import restored_defaults
 from assistant.checks.structure import bound_names, check_structure
 from assistant.engine.events import Definitions, Delta, Event, Result
 from assistant.engine.long_documents import Piece, combined, stitched
-from assistant.engine.output import Span, merge_spans
+from assistant.engine.output import merge_spans
+from assistant.engine.repair import respliced
 
 _DOCSTRINGS = re.compile(r"\bdoc[- ]?strings?\b|\bdocument(?:s|ed|ing)?\b|\bdocumentation\b")
 _EACH = re.compile(r"\b(?:every|each|all|any|everywhere|throughout|missing|lack\w*|without)\b"
@@ -64,7 +68,7 @@ FAILED, CHANGED_CODE, PARTLY, DONE = range(4)  # how a pass did its definition's
 # new text, and the 1.5B's for a short function with four parameters ran past a two-line function's budget.
 DOCSTRING_ROOM = 256
 # The return type of each special method whose type the data model fixes: Python raises TypeError when one returns
-# anything else (`dunder_hints`).
+# anything else (`completed`).
 RETURNS = {"__init__": "None", "__str__": "str", "__repr__": "str", "__format__": "str", "__bytes__": "bytes",
            "__len__": "int", "__hash__": "int", "__index__": "int", "__int__": "int",
            "__float__": "float", "__complex__": "complex", "__bool__": "bool"}
@@ -268,7 +272,7 @@ def rewrite(document: str, region: Piece, planned: Plan, one_pass: Callable[[Par
         cut.extend([part] if result.stopped == "length" else [])
         return kept
 
-    hinted = partial(dunder_hints, document) if ANNOTATIONS in planned.wanted else None
+    hinted = partial(completed, document) if ANNOTATIONS in planned.wanted else None
     passes = ((part.span, attempts(part, one_pass, graded, cancel, outcome, hinted and partial(hinted, part.span)))
               for part in planned.parts)
     for event in stitched(document, region, passes, cancel, [p.span for p in planned.parts], take, names):
@@ -288,7 +292,7 @@ def attempts(part: Part, one_pass: Callable[[Part, str | None], Iterator[Event]]
     sharper instruction when it grades higher (noted in `outcome`'s "retried" and "sharpened"); the Deltas come
     once the pass is chosen (the events that are neither as they come), and the Result's stats count both
     passes. A second pass that is cut or cancelled is never chosen. `hinted` completes each finished pass's
-    answer before it is graded (`dunder_hints`)."""
+    answer before it is graded (`completed`)."""
     deltas, result = yield from held(one_pass(part, None), hinted)
     if result is None or not result.finished or (cancel is not None and cancel.is_set()):
         yield from deltas + ([result] if result is not None else [])
@@ -321,43 +325,35 @@ def held(events: Iterator[Event], hinted: Callable[[list[Delta], Result], tuple]
     return hinted(deltas, result) if hinted is not None and result is not None and result.finished else (deltas, result)
 
 
-def dunder_hints(document: str, part: Piece, deltas: list[Delta], result: Result) -> tuple[list[Delta], Result]:
-    """A type-hint pass's answer with the return hint of `RETURNS` written after the parameters of each special
-    method it left without one (` -> None` on `__init__`, ` -> str` on `__str__`: the data model fixes them, so
-    no model is needed, and the 1.5B left them out); the answer as it was where there is none to write, the file
-    rebinds the type's name, or the answer does not parse in place."""
-    after = document[:part[0]] + result.text + document[part[1]:]
-    tree, index = parsed(after), LineIndex(after)
+def completed(document: str, part: Piece, deltas: list[Delta], result: Result) -> tuple[list[Delta], Result]:
+    """A type-hint pass's answer completed without a model, before it is graded: the return hint of `RETURNS`
+    written on each special method it left without one (` -> None` on `__init__`, ` -> str` on `__str__`: the
+    data model fixes them, and the 1.5B left them out), and the default values it added, changed or removed put
+    back as they were (`checks.restored_defaults`: it wrote `dir_fd: int = None`; the hint stays). Its Deltas
+    are merged into one whose spans make room for that: new words unattributed, a default put back attributed
+    to the document. The answer as it was where there is nothing to do or it does not parse in place."""
+    start, after = part[0], document[:part[0]] + result.text + document[part[1]:]
+    found = sorted(_dunder_fixes(after) + restored_defaults(document, after))
+    fixes = [fix._replace(start=fix.start - start, end=fix.end - start) for fix in found
+             if start <= fix.start and fix.end <= start + len(result.text)]
+    if not fixes or not deltas:
+        return deltas, result
+    text, tokens = applied(result.text, fixes), respliced([span for delta in deltas for span in delta.tokens], fixes)
+    merged = Delta(text, tokens, sum(d.new_tokens for d in deltas), sum(d.drafted for d in deltas),
+                   sum(d.accepted for d in deltas), sum(d.seconds for d in deltas), deltas[-1].totals)
+    return [merged], replace(result, text=text, spans=merge_spans(tokens), token_spans=tokens)
+
+
+def _dunder_fixes(text: str) -> list[Fix]:
+    """The insertion of the return hint of `RETURNS` after the parameters of each special method of `text` that
+    has none, unless the file rebinds the type's name."""
+    tree, index = parsed(text), LineIndex(text)
     rebound = bound_names(tree)
     starts = [(index.offset_utf8(node.lineno - 1, node.col_offset), f" -> {RETURNS[node.name]}")
               for node in ast.walk(tree or ast.Module([], [])) if isinstance(node, ast.FunctionDef)
               and node.returns is None and node.name in RETURNS and RETURNS[node.name] not in rebound]
-    places = [(end - part[0], words) for end, words in ((parameters_end(after, at), words) for at, words in starts)
-              if end is not None and part[0] <= end <= part[0] + len(result.text)]
-    return inserted(deltas, result, sorted(places)) if places and deltas else (deltas, result)
-
-
-def inserted(deltas: list[Delta], result: Result, places: list[tuple[int, str]]) -> tuple[list[Delta], Result]:
-    """A pass's answer with each of `places`' words inserted at its offset (ascending), its Deltas merged into
-    one whose spans make room for them: the words unattributed (new text), and so is a token they split."""
-    text, tokens = result.text, []
-    for at, words in reversed(places):
-        text = text[:at] + words + text[at:]
-    spans = [span for delta in deltas for span in delta.tokens]
-    for span in spans:
-        start, end = span.output
-        before = sum(len(words) for at, words in places if at <= start)
-        inside = sum(len(words) for at, words in places if start < at < end)
-        tokens.append(Span((start + before, end + before + inside), None if inside else span.source))
-    shift = 0
-    for at, words in places:
-        if not any(span.output[0] < at < span.output[1] for span in spans):
-            tokens.append(Span((at + shift, at + shift + len(words)), None))
-        shift += len(words)
-    tokens.sort(key=lambda span: span.output)
-    merged = Delta(text, tokens, sum(d.new_tokens for d in deltas), sum(d.drafted for d in deltas),
-                   sum(d.accepted for d in deltas), sum(d.seconds for d in deltas), deltas[-1].totals)
-    return [merged], replace(result, text=text, spans=merge_spans(tokens), token_spans=tokens)
+    ends = ((parameters_end(text, at), words) for at, words in starts)
+    return [Fix(end, end, words, None) for end, words in ends if end is not None]
 
 
 def parameters_end(text: str, start: int) -> int | None:

@@ -7,8 +7,9 @@ given in offsets of the answer (those outside the rewritten range at its nearer 
 
 When repairs are allowed, some problems are first repaired without a model (FIXERS). Where an edit that
 should only annotate or document broke the syntax, the fewest changed lines that make it whole again are
-put back as the document had them (`checks.unbroken_edit`); then the changed code of each definition and
-the definitions removed or added (`checks.restorable_edit`). A Python answer that gave back only the
+put back as the document had them (`checks.unbroken_edit`); then the default values of parameters it changed
+(`checks.default_edit`, the hints beside them kept), then the changed code of each definition and the
+definitions removed or added (`checks.restorable_edit`). A Python answer that gave back only the
 definitions it added or changed, its names left undefined, is put into the file (`checks.fragment_edit`).
 Then a type-hint edit's missing `typing` imports are written and forward references quoted
 (`checks.hint_fix_edit`). Asked to repair such answers, a 1.5B model gives them back unchanged.
@@ -51,7 +52,8 @@ from assistant.engine.prompts import repair_instruction
 CHANGED_CODE, SYNTAX, UNDEFINED_NAME = "changed-code", "syntax", "F821"
 Finder = Callable[..., list[Fix]]
 # how to repair each kind of problem without a model, in order
-FIXERS: tuple[tuple[str, Finder], ...] = ((SYNTAX, checks.unbroken_edit), (CHANGED_CODE, checks.restorable_edit),
+FIXERS: tuple[tuple[str, Finder], ...] = ((SYNTAX, checks.unbroken_edit), (CHANGED_CODE, checks.default_edit),
+                                          (CHANGED_CODE, checks.restorable_edit),
                                           (UNDEFINED_NAME, checks.fragment_edit),
                                           (UNDEFINED_NAME, checks.hint_fix_edit))
 

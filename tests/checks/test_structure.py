@@ -6,7 +6,8 @@ from textwrap import dedent
 
 import pytest
 
-from assistant.checks import check_edit, preserving
+from assistant.checks import applied, check_edit, preserving
+from assistant.checks.restore import restored_defaults
 
 from .helpers import TYPE_HINTS, annotate, colorsys_source, replace_once
 
@@ -269,3 +270,15 @@ def test_a_form_feed_does_not_end_a_line_for_the_restore():
     after = before.replace('def fill(text):\n    return "\\n".join(wrap(text))\n\n', "")
     from assistant.checks import applied, restorable_edit
     assert applied(after, restorable_edit(before, after, language="python", instruction="Add docstrings.")) == before
+
+
+def test_defaults_go_back_as_they_were_and_the_hints_stay():
+    before = "def f(a, b, c=1, *, d, e=2):\n    return a\n\n\nclass K:\n    def m(self, x, y=None):\n        pass\n"
+    after = ('def f(a: int, b: int = None, c: int = 3, *, d: str = "", e: int) -> int:\n    return a\n\n\n'
+             "class K:\n    def m(self, x: int = 0, y: str = None) -> None:\n        pass\n")
+    fixes = restored_defaults(before, after)
+    assert applied(after, fixes) == ("def f(a: int, b: int, c: int = 1, *, d: str, e: int = 2) -> int:\n    return a\n\n\n"
+                                     "class K:\n    def m(self, x: int, y: str = None) -> None:\n        pass\n")
+    assert all(fix.source is None or fix.text == before[slice(*fix.source)] for fix in fixes)
+    renamed = after.replace("(a: int, b: int = None", "(a: int, bee: int = None")  # not the same parameters
+    assert applied(renamed, restored_defaults(before, renamed)).startswith("def f(a: int, bee: int = None")

@@ -378,3 +378,11 @@ def test_special_methods_get_the_return_hint_the_data_model_fixes():
     events, _ = run({"Shape.__str__": (text, "eos")}, instruction="Add type hints to every function.",
                     document=rebinding)
     assert "    def __str__(self):\n" in events[-1].text
+
+
+def test_a_default_a_type_hint_pass_added_is_put_back_and_the_pass_is_done():
+    asked = []
+    defaulted = ("def area(r: float = 1.0) -> float:\n    return math.pi * r * r", "eos")
+    events, _ = run({"area": defaulted}, instruction="Add type hints to every function.", asked=asked)
+    assert "def area(r: float) -> float:\n    return math.pi * r * r" in events[-1].text
+    assert ("area", None) in asked and all(name != "area" for name, i in asked if i)  # done: no second pass

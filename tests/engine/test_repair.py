@@ -245,10 +245,18 @@ def test_a_definition_whose_code_changed_is_restored_without_a_model_pass():
 
 
 def test_a_changed_signature_restores_the_whole_definition():
-    changed = "def area(w: int, h: int = 1) -> int:\n    return w * h\n"
-    _, result = run(PYTHON, answer(changed), Passes())
+    renamed = "def area(w: int, height: int) -> int:\n    return w * height\n"
+    _, result = run(PYTHON, answer(renamed), Passes())
     assert result.text == DOCUMENT and result.problems == () and result.spans == [Span((0, len(DOCUMENT)),
                                                                                         (0, len(DOCUMENT)))]
+
+
+def test_a_default_the_edit_added_goes_and_the_hints_stay():
+    defaulted = "def area(w: int = 0, h: int = 1) -> int:\n    return w * h\n"
+    _, result = run(PYTHON, answer(defaulted), Passes())
+    assert result.text == HINTED and result.problems == ()
+    [repair] = result.repairs
+    assert repair.kept and not repair.model
 
 
 def test_a_syntax_error_then_changed_code_are_put_back_in_one_model_free_repair():
