@@ -105,11 +105,11 @@ def fix_record(row: dict) -> Record:
                   group=row["bug_type"], tests=tests, language="python")
 
 
-def preserve_records() -> list[Record]:
-    """The `preserve` records, grouped by module, shortest module first, each module's instructions turned
-    to start at its own."""
+def preserve_records(modules: tuple[str, ...] | list[str] = preserve.MODULES) -> list[Record]:
+    """The `preserve` records of `modules` (the development set unless told), grouped by module, shortest module
+    first, each module's instructions turned to start at its own."""
     try:
-        found = preserve.records()
+        found = preserve.records(modules)
     except preserve.PreserveError as error:
         raise DataError(str(error)) from error
     by_module: dict[str, list[Record]] = {}
@@ -120,6 +120,13 @@ def preserve_records() -> list[Record]:
     modules = sorted(by_module.values(), key=lambda records: len(records[0].document))
     return [record for turn, records in enumerate(modules)
             for record in records[turn % len(records):] + records[:turn % len(records)]]
+
+
+def named_preserve_records(ids: set[str]) -> list[Record]:
+    """The `preserve` records that `ids` name of modules outside the development set (`preserve-glob-type-hints`:
+    any pure-Python standard-library module with tests of its own), so that a run can measure modules held out."""
+    modules = sorted({found[0] for found in map(preserve.named, ids) if found is not None})
+    return [record for record in preserve_records(modules) if record.id in ids] if modules else []
 
 
 def canitedit_records(folder: Path = FOLDER) -> list[Record]:

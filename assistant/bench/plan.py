@@ -93,6 +93,14 @@ def planned_strategies(strategies: list[str]) -> list[str]:
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 
+def more_records(task: str, ids: set[str]) -> list[data.Record]:
+    """The records `ids` name beyond a task's own: `preserve` records of modules held out of its development set."""
+    try:
+        return data.named_preserve_records(ids) if task == data.PRESERVE_TASK else []
+    except data.DataError as error:
+        raise BenchError(f"cannot make the preserve records asked for: {error}") from error
+
+
 def chosen_records(tasks: list[str], samples: int, chosen: list[str] | None) -> list[data.Record]:
     """`samples` records of each task (spread over its sources), or the records named in `chosen`."""
     records = []
@@ -103,6 +111,7 @@ def chosen_records(tasks: list[str], samples: int, chosen: list[str] | None) -> 
             raise BenchError(f"cannot read the {task} data: {error}") from error
         if chosen is not None:
             records += [record for record in available if record.id in chosen]
+            records += more_records(task, set(chosen) - {record.id for record in available})
         elif samples > len(available):
             raise BenchError(f"--samples {samples} is more than the {len(available)} {task} eval records")
         else:

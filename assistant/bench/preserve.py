@@ -77,6 +77,12 @@ def records(modules: tuple[str, ...] | list[str] = MODULES,
     return result
 
 
+def named(record_id: str) -> tuple[str, str] | None:
+    """The module and instruction name (a key of INSTRUCTIONS, or RENAME_LOCAL) a record id names, if it names one."""
+    found = re.fullmatch(rf"preserve-(\w+)-({'|'.join(map(re.escape, DEFAULT_INSTRUCTIONS))})", record_id)
+    return (found[1], found[2]) if found else None
+
+
 def stdlib_folder() -> Path:
     return Path(sysconfig.get_paths()["stdlib"]).resolve()
 

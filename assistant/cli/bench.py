@@ -28,7 +28,9 @@ def register(commands) -> None:
                              "through the engine, on the canitedit task only")
     parser.add_argument("--samples", type=int, default=5, help="records per task (eval split)")
     parser.add_argument("--records", help="comma-separated record ids (as rows.jsonl names them) to run instead of "
-                                          "--samples of each task: a run again, on just the records that matter")
+                                          "--samples of each task: a run again, on just the records that matter; "
+                                          "preserve-MODULE-INSTRUCTION names any pure-Python standard-library "
+                                          "module with tests of its own (preserve-glob-type-hints)")
     parser.add_argument("--max-new-tokens", type=int,
                         help="cut every answer at this many tokens (default: none is cut; each gets the budget the "
                              "front doors give, room for a whole rewrite)")

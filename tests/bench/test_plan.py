@@ -82,6 +82,8 @@ def test_a_token_tree_of_candidates_is_a_row_of_its_own_checked_against_ar():
     (("--max-new-tokens", "0"), "at least 1"),
     (("--max-draft", "0"), "--max-draft must be between 1 and"),
     (("--tasks", "fix", "--records", "Python/1,Python/999"), "no record 'Python/999' in the tasks fix"),
+    (("--tasks", "preserve", "--records", "preserve-nosuchmodule-docstrings"), "there is no module 'nosuchmodule'"),
+    (("--tasks", "preserve", "--records", "preserve-glob-poems"), "no record 'preserve-glob-poems'"),
 ])
 def test_bad_arguments_exit_2_before_loading(no_model, capsys, argv, message):
     assert cli.main(["bench", *argv]) == 2
@@ -99,6 +101,13 @@ def test_unreadable_data_exits_2(no_model, monkeypatch, capsys):
 def test_records_run_just_the_records_named():
     planned = plan.plan(parse("--tasks", "fix,preserve", "--records", "preserve-timeit-type-hints,Python/1")).records
     assert [record.id for record in planned] == ["Python/1", "preserve-timeit-type-hints"]
+
+
+def test_records_name_modules_held_out_of_the_preserve_set():
+    planned = plan.plan(parse("--tasks", "preserve", "--records", "preserve-glob-type-hints,preserve-codeop-docstrings"))
+    [held_out] = [record for record in planned.records if record.module == "glob"]
+    assert held_out.id == "preserve-glob-type-hints" and held_out.test_module == "test.test_glob"
+    assert held_out.instruction == "Add type hints to every function." and "def iglob(" in held_out.document
 
 
 def test_samples_spread_over_every_source_of_a_task():
