@@ -115,28 +115,22 @@ def test_other_additions_under_type_hints_are_reported_where_they_are():
     assert after[added.start:added.end] == "def g() -> None:\n    pass"
 
 
-def test_importing_a_module_only_annotations_name_is_part_of_type_hints():
+ADDED = "the edit added code at module level"
+
+
+@pytest.mark.parametrize("after, used, other", [
+    ("import io\n\n\ndef f(stream: io.TextIOWrapper) -> str:\n    return stream.read()\n",
+     ("return stream.read()", "return io.open(stream).read()"),  # a value: code the edit added
+     ("import io\n", "import io as streams\n")),  # under another name: not the module's own
+    ("from collections import deque\n\n\ndef f(stream: deque) -> str:\n    return stream.read()\n",
+     ("return stream.read()", "return deque(stream).read()"),
+     ("from collections", "from numpy")),  # not the standard library: an import may run code
+])
+def test_an_import_of_the_standard_library_that_only_annotations_need_is_part_of_type_hints(after, used, other):
     before = "def f(stream):\n    return stream.read()\n"
-    after = "import io\n\n\ndef f(stream: io.TextIOWrapper) -> str:\n    return stream.read()\n"
     assert structural(check_edit(before, after, language="python", instruction=TYPE_HINTS)) == []
-    used = after.replace("return stream.read()", "return io.open(stream).read()")  # a value: code the edit added
-    assert "the edit added code at module level" in structural(check_edit(before, used, language="python",
-                                                                              instruction=TYPE_HINTS))
-    aliased = after.replace("import io", "import io as streams").replace("io.TextIOWrapper", "streams.TextIOWrapper")
-    assert structural(check_edit(before, aliased, language="python", instruction=TYPE_HINTS)) == [
-        "the edit added code at module level"]
-
-
-def test_importing_a_class_only_annotations_name_from_the_standard_library_is_part_of_type_hints():
-    before = "def f(items):\n    return len(items)\n"
-    after = "from collections import deque\n\n\ndef f(items: deque) -> int:\n    return len(items)\n"
-    assert structural(check_edit(before, after, language="python", instruction=TYPE_HINTS)) == []
-    used = after.replace("return len(items)", "return len(deque(items))")  # a value: code the edit added
-    assert "the edit added code at module level" in structural(check_edit(before, used, language="python",
-                                                                              instruction=TYPE_HINTS))
-    foreign = after.replace("from collections", "from numpy")  # not the standard library: an import may run code
-    assert "the edit added code at module level" in structural(check_edit(before, foreign, language="python",
-                                                                              instruction=TYPE_HINTS))
+    for changed in (after.replace(*used), after.replace(*other)):
+        assert ADDED in structural(check_edit(before, changed, language="python", instruction=TYPE_HINTS))
 
 
 def test_a_typing_import_is_a_change_when_only_docstrings_were_asked_for():
