@@ -151,7 +151,7 @@ def restored_defaults(before: str, after: str) -> list[Fix]:
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """Every function of a tree by qualified name, at any depth."""
     for node in ast.iter_child_nodes(tree):
-        name = prefix + getattr(node, "name", "")
+        name = prefix + node.name if isinstance(node, Scopeable) else prefix
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield name, node
         yield from _functions(node, name + "." if isinstance(node, Scopeable) else prefix)

@@ -312,7 +312,7 @@ def attempts(part: Part, one_pass: Callable[[Part, str | None], Iterator[Event]]
 def held(events: Iterator[Event], hinted: Callable[[list[Delta], Result], tuple] | None = None
          ) -> Generator[Event, None, tuple[list[Event], Result | None]]:
     """Run a pass, giving its events other than Deltas and its Result as they come: its Deltas and Result,
-    completed by `hinted` where it finished."""
+    completed by `hinted` where it finished (as they were, should `hinted` fail)."""
     deltas, result = [], None
     with closing(events):
         for event in events:
@@ -322,7 +322,12 @@ def held(events: Iterator[Event], hinted: Callable[[list[Delta], Result], tuple]
                 result = event
             else:
                 yield event
-    return hinted(deltas, result) if hinted is not None and result is not None and result.finished else (deltas, result)
+    if hinted is None or result is None or not result.finished:
+        return deltas, result
+    try:
+        return hinted(deltas, result)
+    except Exception:  # noqa: BLE001 - as a check, a completion without a model must never stop an answer's delivery
+        return deltas, result
 
 
 def completed(document: str, part: Piece, deltas: list[Delta], result: Result) -> tuple[list[Delta], Result]:

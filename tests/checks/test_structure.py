@@ -274,5 +274,9 @@ def test_defaults_go_back_as_they_were_and_the_hints_stay():
     assert applied(after, fixes) == ("def f(a: int, b: int, c: int = 1, *, d: str, e: int = 2) -> int:\n    return a\n\n\n"
                                      "class K:\n    def m(self, x: int, y: str = None) -> None:\n        pass\n")
     assert all(fix.source is None or fix.text == before[slice(*fix.source)] for fix in fixes)
+    handled = "try:\n    pass\nexcept OSError:\n    pass\n"  # a handler without a name has name None
+    assert restored_defaults(handled + before, handled + after) == [fix._replace(
+        start=fix.start + len(handled), end=fix.end + len(handled),
+        source=fix.source and (fix.source[0] + len(handled), fix.source[1] + len(handled))) for fix in fixes]
     renamed = after.replace("(a: int, b: int = None", "(a: int, bee: int = None")  # not the same parameters
     assert applied(renamed, restored_defaults(before, renamed)).startswith("def f(a: int, bee: int = None")

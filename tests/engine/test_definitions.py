@@ -386,3 +386,14 @@ def test_a_default_a_type_hint_pass_added_is_put_back_and_the_pass_is_done():
     events, _ = run({"area": defaulted}, instruction="Add type hints to every function.", asked=asked)
     assert "def area(r: float) -> float:\n    return math.pi * r * r" in events[-1].text
     assert ("area", None) in asked and all(name != "area" for name, i in asked if i)  # done: no second pass
+
+
+def test_a_completion_that_fails_leaves_the_passs_answer_as_it_was(monkeypatch):
+    from assistant.engine import definitions
+
+    def broken(*args):
+        raise TypeError("a bug")
+    monkeypatch.setattr(definitions, "completed", broken)
+    init = ("    def __init__(self, name: str):\n        self.name = name", "eos")
+    events, _ = run({"Shape.__init__": init}, instruction="Add type hints to every function.")
+    assert "    def __init__(self, name: str):\n        self.name = name" in events[-1].text and events[-1].finished
