@@ -34,7 +34,7 @@ from assistant.checks.lint import check_python
 from assistant.checks.positions import LineIndex
 from assistant.checks.rename import module_names
 from assistant.checks.report import Fix, Problem
-from assistant.checks.structure import TYPING_MODULES, annotation_nodes, annotations, bound_names
+from assistant.checks.structure import TYPING_MODULES, annotation_nodes, annotation_only, annotations, bound_names
 
 TYPING_NAMES = frozenset(typing.__all__)
 TYPES_NAMES = frozenset(name for name in types.__all__ if isinstance(getattr(types, name), type)) - TYPING_NAMES
@@ -121,7 +121,7 @@ def _imports(tree: ast.Module, text: str, names: set[str]) -> tuple[list[Fix], s
     modules = sorted(names & _annotated_modules(tree) - {"typing"})
     lines = [f"import {module}\n" for module in ["typing"] * ("typing" in names) + modules]
     covered = names & {"typing", *modules}
-    bare = {node.id for node in annotation_nodes(tree) if isinstance(node, ast.Name)} - _values(tree)
+    bare = annotation_only(tree)
     homes = sorted({CLASSES[name] for name in names & bare & CLASSES.keys()})
     classes = [(home, {name for name, module in CLASSES.items() if module == home}) for home in homes]
     for module, exported in (("typing", TYPING_NAMES), ("types", TYPES_NAMES), *classes):
@@ -159,12 +159,6 @@ def _annotated(node: ast.AST, lines: LineIndex) -> list[tuple[int, ast.expr]]:
         arrow = text.rfind("->", 0, lines.offset_utf8(node.returns.lineno - 1, node.returns.col_offset))
         return [(len(text[:arrow].rstrip(" \t")), node.returns)]
     return []
-
-
-def _values(tree: ast.Module) -> set[str]:
-    """The names a module reads outside its annotations."""
-    inside = {id(node) for node in annotation_nodes(tree)}
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in inside}
 
 
 def _annotated_modules(tree: ast.Module) -> set[str]:

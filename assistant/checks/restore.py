@@ -19,12 +19,14 @@ and that text.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from itertools import pairwise
 
+from assistant.checks.asked import by_name
 from assistant.checks.positions import LineIndex, line_diff
 from assistant.checks.report import Fix, restoring
-from assistant.checks.structure import Scope, Scopeable, Span, differing, outline
+from assistant.checks.structure import Scope, Span, differing, outline
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def restorable(before: str, after: str, kind: str) -> list[Fix]:
@@ -139,22 +141,14 @@ def restored_defaults(before: str, after: str) -> list[Fix]:
         old, new = ast.parse(before), ast.parse(after)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    olds, lines = dict(_functions(old)), (LineIndex(before), LineIndex(after))
+    olds, lines = by_name(old), (LineIndex(before), LineIndex(after))
     fixes = []
-    for name, function in _functions(new):
-        if name in olds and _parameters(olds[name]) == _parameters(function):
+    for name, function in by_name(new).items():
+        if isinstance(olds.get(name), FUNCTIONS) and isinstance(function, FUNCTIONS) and \
+                _parameters(olds[name]) == _parameters(function):
             for was, now in zip(_defaults(olds[name]), _defaults(function)):
                 fixes += _default_fix(lines, was, now)
     return sorted(fixes)
-
-
-def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Every function of a tree by qualified name, at any depth."""
-    for node in ast.iter_child_nodes(tree):
-        name = prefix + node.name if isinstance(node, Scopeable) else prefix
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield name, node
-        yield from _functions(node, name + "." if isinstance(node, Scopeable) else prefix)
 
 
 def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple:
