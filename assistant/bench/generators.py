@@ -28,6 +28,7 @@ from assistant.bench.plan import (
     REFERENCE_PROMPT,
     REPAIRS,
     SHORT_DRAFTS,
+    SIDE_BY_SIDE,
     TREE,
     BenchError,
 )
@@ -67,7 +68,7 @@ class Runner:
 
     def __init__(self, assistant, max_new_tokens: int | None, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
-        self.load = load  # (weights, long_drafts=, branches=) -> another Assistant of the same model, for ar@float32
+        self.load = load  # (weights, long_drafts=, branches=, side_by_side=) -> another Assistant of the same model, for ar@float32
         self.others: dict[str, object] = {}
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}
@@ -124,8 +125,9 @@ class Runner:
     def with_weights(self, strategy: str):
         """(assistant, engine strategy, request options) for `strategy`, which may name other weights,
         `ar@float32`, another number of repair passes, `ar@repairs=0`, one pass, `ar@one-pass`, or drafts
-        that stop at the tuned ceiling, `pld+h@long-drafts=0` (an assistant loaded without long drafts), or a
-        token tree of N candidates' drafts, `pld+h@tree=N` (an assistant loaded with N branches)."""
+        that stop at the tuned ceiling, `pld+h@long-drafts=0` (an assistant loaded without long drafts), a
+        token tree of N candidates' drafts, `pld+h@tree=N` (an assistant loaded with N branches), or N passes
+        over definitions side by side, `pld+h@side-by-side=N`."""
         strategy, _, other = strategy.partition("@")
         if not other:
             return self.assistant, strategy, {}
@@ -140,12 +142,14 @@ class Runner:
 
     def variant(self, other: str):
         """Another assistant of the model for the variant `other`: other weights, or the same weights without
-        long drafts (`long-drafts=0`) or with a token tree (`tree=N`)."""
+        long drafts (`long-drafts=0`), with a token tree (`tree=N`) or with N passes side by side (`side-by-side=N`)."""
         weights = self.assistant.loaded.weights
         if other == SHORT_DRAFTS:
             return self.load(weights, long_drafts=False)
         if tree := TREE.fullmatch(other):
             return self.load(weights, branches=int(tree.group(1)))
+        if side := SIDE_BY_SIDE.fullmatch(other):
+            return self.load(weights, side_by_side=int(side.group(1)))
         return self.load(other)
 
     def events(self, strategy: str, record: data.Record, max_new_tokens: int | None):

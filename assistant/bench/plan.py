@@ -32,6 +32,7 @@ REPAIRS = re.compile(r"repairs=([0-9]+)")  # a strategy's variant with another n
 ONE_PASS = "one-pass"  # a strategy's variant that makes an edit asked of each definition in one pass
 SHORT_DRAFTS = "long-drafts=0"  # a strategy's variant whose drafts never grow past the tuned ceiling
 TREE = re.compile(r"tree=([2-8])")  # a strategy's variant that verifies N candidates' drafts as one token tree
+SIDE_BY_SIDE = re.compile(r"side-by-side=([1-8])")  # a strategy's variant that decodes N definition passes at once
 
 
 class BenchError(ValueError):
@@ -83,13 +84,15 @@ def planned_strategies(strategies: list[str]) -> list[str]:
         base, at, other = strategy.partition("@")
         if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
                                                (other in weights.FORMATS or other in (ONE_PASS, SHORT_DRAFTS)
-                                                or REPAIRS.fullmatch(other) or TREE.fullmatch(other))):
+                                                or REPAIRS.fullmatch(other) or TREE.fullmatch(other)
+                                                or SIDE_BY_SIDE.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
                              f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
                              f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
                              f"where it would edit definition by definition, pld+h@{ONE_PASS}, or with drafts "
                              f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}, or with a token tree of N "
-                             f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3")
+                             f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3, or with N passes over definitions decoded "
+                             f"side by side (N from 1 to 8), such as pld+h@side-by-side=1")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

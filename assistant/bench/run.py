@@ -43,7 +43,7 @@ from assistant import RewriteError, config
 from assistant.bench import busy, canitedit, data, preserve, report, sandbox, step_costs
 from assistant.bench.attribution_quality import quality
 from assistant.bench.generators import Run, Runner, runs_on
-from assistant.bench.plan import ENGINE_STRATEGIES, REFERENCE_PROMPT, SHORT_DRAFTS, TREE, Plan
+from assistant.bench.plan import ENGINE_STRATEGIES, REFERENCE_PROMPT, SHORT_DRAFTS, SIDE_BY_SIDE, TREE, Plan
 from assistant.checks.change import change_kind
 from assistant.engine.events import Result
 
@@ -162,12 +162,13 @@ def judged(record: data.Record, result: Run) -> dict:
 
 def expected(strategy: str, results: dict[str, Run]) -> str | None:
     """The text `strategy`'s answer must equal: `ar`'s with the same weights and repairs (`ar@W` for a
-    strategy on other weights W, `ar` itself for `X@long-drafts=0` and `X@tree=N`: plain decoding drafts
-    nothing), or `ar`'s first answer for one that is not repaired (`X@repairs=0`, and the generators that
+    strategy on other weights W, `ar` itself for `X@long-drafts=0`, `X@tree=N` and `X@side-by-side=N`: plain
+    decoding drafts nothing, and passes side by side make the tokens they make one after the other), or `ar`'s first answer for one that is not repaired (`X@repairs=0`, and the generators that
     do not repair); None where that did not run, or for another prompt's answer (`reference-prompt`)."""
     base, _, other = strategy.partition("@")
     reference = results.get(f"ar@{other}" if other else "ar")
-    if reference is None and (other in ("repairs=0", SHORT_DRAFTS) or TREE.fullmatch(other)):
+    if reference is None and (other in ("repairs=0", SHORT_DRAFTS) or TREE.fullmatch(other)
+                              or SIDE_BY_SIDE.fullmatch(other)):
         reference = results.get("ar")
     if reference is None or strategy == REFERENCE_PROMPT:
         return None

@@ -25,7 +25,7 @@ import torch
 
 from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
 from assistant.decoding.drafters import Context, Drafter, NoDraft
-from assistant.decoding.loop import forward, next_step, prefill
+from assistant.decoding.loop import Generation, forward, next_step, prefill
 from assistant.decoding.verification import Sampling
 from assistant.model.exactness import PROMPT_ROWS, STEP_ROWS, fixed_shapes, padded
 from assistant.model.kv_cache import preallocated_cache
@@ -121,9 +121,9 @@ class Engine:
         ids = self.ids + self.ids[-1:]  # the context fed, and the token the step feeds
         context = Context.start(ids, self.capacity, self.drafter.layers, self.model.config.get_text_config().hidden_size,
                                 self.model.dtype, self.model.device, self.cache)
-        sampling, generator, sources = Sampling(), torch.Generator(), [None] * len(ids)
-        seconds = timed(lambda: (next_step(self.model, context, self.drafter, self.draft_length, self.rows or 1, 1,
-                                           sampling, generator, sources, frozenset()), self.sync()))
+        generation = Generation(context, self.drafter, self.draft_length, self.rows or 1, 1, Sampling(),
+                                torch.Generator(), frozenset(), [None] * len(ids))
+        seconds = timed(lambda: (next_step(self.model, generation), self.sync()))
         self.cache.crop(-1)
         return seconds
 

@@ -54,10 +54,10 @@ def run(args) -> int:
     hf_logging.set_verbosity_error()  # generate() warns about the model's sampling defaults on every call
     interrupt_on_sigterm()  # a stopped run still writes its summary of what was measured
 
-    def load(weights: str, long_drafts: bool = True, branches: int = 1) -> Assistant:
+    def load(weights: str, **options) -> Assistant:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
         return Assistant(args.model, weights=weights, device=args.device, prefix_cache_mb=0,
-                         draft_ceiling=args.max_draft, long_drafts=long_drafts, branches=branches)
+                         draft_ceiling=args.max_draft, **options)
 
     try:
         assistant = load(args.weights)

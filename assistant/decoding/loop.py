@@ -108,17 +108,28 @@ def step(model, context: Context, draft: list[int], hidden: bool, sampling: Samp
     plus one token of its own, appends those to the context and crops the KV cache back to them,
     so the invariant holds again (with `hidden`, the hidden rows too). Where shapes are fixed, k must
     be under the step's rows. Returns the accepted tokens."""
-    n = context.n
-    fed = [int(context.tokens[n - 1])] + draft
+    fed = fed_rows(context, draft)
     rows = exactness.STEP_ROWS[model.device.type] if exactness.fixed_shapes(model) else len(fed)
     out = forward(model, fed + fed[-1:] * (rows - len(fed)), context.cache, hidden, rows)
-    logits = out.logits[0, :len(fed)]
+    return accept(context, draft, out.logits[0, :len(fed)], out.hidden_states or (), rows, sampling, generator)
+
+
+def fed_rows(context: Context, draft: list[int]) -> list[int]:
+    """The tokens a step feeds to verify `draft`: the token chosen last, then the draft."""
+    return [int(context.tokens[context.n - 1])] + draft
+
+
+def accept(context: Context, draft: list[int], logits: torch.Tensor, states: tuple[torch.Tensor, ...], rows: int,
+           sampling: Sampling, generator: torch.Generator) -> list[int]:
+    """The end of a step whose forward fed `rows` rows (the draft's and any padding) after the context and gave
+    the draft's `logits` and hidden `states`: the accepted tokens appended to the context, the cache cropped
+    back to them and their hidden rows kept. Returns the accepted tokens."""
     if sampling.temperature > 0:
         accepted, bonus = verify_sampled(logits, draft, sampling, generator)
     else:
         accepted, bonus = verify_greedy(logits, draft)
     context.cache.crop(accepted + 1 - rows)  # negative: how many rejected (and padding) positions to drop
-    context.store_hidden(out.hidden_states or (), n - 1, accepted + 1)
+    context.store_hidden(states, context.n - 1, accepted + 1)
     context.append(draft[:accepted] + [bonus])
     return draft[:accepted] + [bonus]
 
@@ -170,6 +181,43 @@ def trimmed(tokens: list[int], sources: list[int | None], eos: frozenset[int],
     return tokens, sources, finished
 
 
+@dataclass
+class Generation:
+    """One generation's state between its steps: its context, how it drafts, and what it has made."""
+
+    context: Context
+    drafter: Drafter
+    draft_length: AdaptiveDraftLength | FixedDraftLength
+    step_rows: int  # the most rows a step feeds: its draft and its token (padded to them where shapes are fixed)
+    max_new_tokens: int
+    sampling: Sampling
+    generator: torch.Generator
+    eos: frozenset[int]
+    sources: list[int | None]  # the context position each context position was copied from
+    produced: int = 0
+
+    @property
+    def left(self) -> int:
+        return self.max_new_tokens - self.produced
+
+
+def begin(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
+          draft_tokens: int | AdaptiveDraftLength, sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
+          prefixes: PrefixCache | None = None) -> Generation:
+    """A generation of `prompt` ready for its first step, its prompt prefilled: the context holds the prompt,
+    `max_new_tokens` and one step's rows, so no draft runs past its end (`decode` has the rest)."""
+    draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
+    fixed = exactness.fixed_shapes(model)
+    step_rows = exactness.STEP_ROWS[model.device.type] if fixed else min(draft_length.most,
+                                                                         exactness.longest_draft(model)) + 1
+    prompt_rows = exactness.padded(len(prompt), exactness.PROMPT_ROWS) if fixed else len(prompt)
+    context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
+    generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
+    prefill(model, prompt[:-1], context, prefixes)
+    return Generation(context, drafter, draft_length, step_rows, max_new_tokens, sampling, generator, eos,
+                      [None] * len(prompt))
+
+
 def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
            draft_tokens: int | AdaptiveDraftLength, sampling: Sampling = Sampling(), eos: frozenset[int] = frozenset(),
            cancel: threading.Event | None = None, prefixes: PrefixCache | None = None,
@@ -186,52 +234,52 @@ def decode(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     """
     if cancel is not None and cancel.is_set():
         return  # cancelled while waiting its turn: no cache, no prefill beside the generation that runs
-    draft_length = FixedDraftLength(draft_tokens) if isinstance(draft_tokens, int) else draft_tokens
-    fixed = exactness.fixed_shapes(model)
-    step_rows = exactness.STEP_ROWS[model.device.type] if fixed else min(draft_length.most,
-                                                                         exactness.longest_draft(model)) + 1
-    prompt_rows = exactness.padded(len(prompt), exactness.PROMPT_ROWS) if fixed else len(prompt)
-    context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
-    generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
-    prefill(model, prompt[:-1], context, prefixes)
-    sources: list[int | None] = [None] * len(prompt)
-    produced = 0
-    while produced < max_new_tokens and not (cancel and cancel.is_set()):
-        done = next_step(model, context, drafter, draft_length, step_rows, max_new_tokens - produced, sampling,
-                         generator, sources, eos, branches)
-        produced += len(done.tokens)
+    generation = begin(model, prompt, drafter, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
+                       sampling=sampling, eos=eos, prefixes=prefixes)
+    while generation.left > 0 and not (cancel and cancel.is_set()):
+        done = next_step(model, generation, branches)
         yield done
         if done.finished:
             return
 
 
-def next_step(model, context: Context, drafter: Drafter, draft_length: AdaptiveDraftLength | FixedDraftLength,
-              step_rows: int, left: int, sampling: Sampling, generator: torch.Generator, sources: list[int | None],
-              eos: frozenset[int], branches: int = 1) -> Step:
-    """One step of `decode` with `left` tokens still to make (at least one): drafts of the chosen length
-    cut to `left` and to the step's rows, verified and accepted (`verified`), the draft length told what its
-    accepted branch got, the tokens kept cut at EOS and at `left`, their sources (the accepted branch's)
-    appended to `sources` (one per context position). Its `seconds` are the whole step's, forward and
-    everything around it."""
+def next_step(model, generation: Generation, branches: int = 1) -> Step:
+    """One step of `decode` with tokens still to make: a draft of the chosen length cut to the tokens left and to
+    the step's rows, verified and accepted (`verified`), then `settled`. Its `seconds` are the whole step's,
+    forward and everything around it."""
     started = time.perf_counter()
-    k = min(draft_length.choose(), left - 1, step_rows - 1)
-    tokens, origin, drafted, branch = verified(model, context, drafter, k, step_rows, branches, sampling, generator)
+    tokens, origin, drafted, branch = verified(model, generation, draft_size(generation), branches)
+    return settled(generation, tokens, origin, drafted, branch, started)
+
+
+def draft_size(generation: Generation) -> int:
+    """How many tokens a generation's next step drafts: the length its draft length chooses, cut to the tokens
+    left (its own token takes one) and to the step's rows."""
+    return min(generation.draft_length.choose(), generation.left - 1, generation.step_rows - 1)
+
+
+def settled(generation: Generation, tokens: list[int], origin: int, drafted: int, branch: int,
+            started: float) -> Step:
+    """A step's accepted `tokens` (copied after `origin`, `drafted` verified) made a Step begun at `started`: the
+    draft length told what its accepted branch (of `branch` tokens) got, the tokens kept cut at EOS and at the
+    tokens left, their sources appended to the generation's."""
     accepted = len(tokens) - 1
-    draft_length.update(branch, accepted)
-    copied = copied_sources(context, origin, accepted, sources[-1])
-    tokens, copied, finished = trimmed(tokens, copied, eos, left)
-    sources += copied
+    generation.draft_length.update(branch, accepted)
+    copied = copied_sources(generation.context, origin, accepted, generation.sources[-1])
+    tokens, copied, finished = trimmed(tokens, copied, generation.eos, generation.left)
+    generation.sources += copied
+    generation.produced += len(tokens)
     return Step(tokens, copied, drafted, accepted, time.perf_counter() - started, finished)
 
 
-def verified(model, context: Context, drafter: Drafter, k: int, rows: int, branches: int, sampling: Sampling,
-             generator: torch.Generator) -> tuple[list[int], int, int, int]:
-    """A step's forward: with `branches` > 1, greedy decoding and a tree that fits `rows` and the context
+def verified(model, generation: Generation, k: int, branches: int) -> tuple[list[int], int, int, int]:
+    """A step's forward: with `branches` > 1, greedy decoding and a tree that fits the step's rows and the context
     (`tree_fits`), the continuations of up to `branches` best-ranked candidates as a token tree (`tree_step`);
     else, or where the tree has one branch, the drafter's chain (`step`). Returns (the accepted tokens, the
     origin they were copied after, the draft tokens verified, the length of the accepted branch's draft)."""
+    context, drafter, sampling = generation.context, generation.drafter, generation.sampling
     hidden = bool(drafter.layers)
-    rows = min(rows, len(context.tokens) - (context.n - 1))
+    rows = min(generation.step_rows, len(context.tokens) - (context.n - 1))
     if branches > 1 and sampling.temperature == 0 and k > 0 and tree_fits(model, context, rows):
         tree = grow(context, drafter.rank(context), k, branches, rows)
         if tree.branches > 1:
@@ -240,4 +288,4 @@ def verified(model, context: Context, drafter: Drafter, k: int, rows: int, branc
         draft, origin = tree.first()
     else:
         draft, origin = drafter.propose(context, k)
-    return step(model, context, draft, hidden, sampling, generator), origin, len(draft), len(draft)
+    return step(model, context, draft, hidden, sampling, generation.generator), origin, len(draft), len(draft)

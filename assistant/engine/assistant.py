@@ -39,7 +39,8 @@ import traceback
 import weakref
 from collections import deque
 from contextlib import closing, contextmanager
-from typing import Generator, Iterator
+from functools import partial
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -47,7 +48,8 @@ from assistant import config
 from assistant.decoding import draft_length
 from assistant.decoding.draft_length import AdaptiveDraftLength
 from assistant.decoding.drafters import AttentionDraft, Drafter, HiddenDraft, NgramDraft, NoDraft
-from assistant.decoding.loop import Sampling, decode, warm
+from assistant.decoding.lockstep import Lockstep
+from assistant.decoding.loop import Sampling, Step, begin, decode, warm
 from assistant.decoding.prefix_cache import PrefixCache, common_prefix
 from assistant.engine import definitions, long_documents, repair
 from assistant.engine.contract import (
@@ -164,11 +166,13 @@ class Assistant(Engine):
     `exactness.longest_draft`); `prefix_cache_mb` bounds the prompt prefixes kept for reuse (0: none);
     `repairs` is the most repair passes an answer gets unless its request says (0: none); `branches` is how
     many best-ranked candidates' continuations a greedy step verifies together as a token tree (1: one
-    chain, the default until a quiet machine measures the tree faster; `decoding.tree`)."""
+    chain, the default until a quiet machine measures the tree faster; `decoding.tree`); `side_by_side` is how many
+    passes of an edit made definition by definition are decoded at once, each step of all of them one forward (1:
+    one after the other; `decoding.lockstep`)."""
 
     def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
                  device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None,
-                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True, branches: int = 1):
+                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True, branches: int = 1, side_by_side: int = 4):
         settings = config.settings()
         self.strategy = check_strategy(strategy)
         self.repairs = check_repairs(repairs)
@@ -180,6 +184,9 @@ class Assistant(Engine):
         if branches < 1:
             raise ValueError(f"branches must be at least 1, not {branches}")
         self.branches = branches
+        if side_by_side < 1:
+            raise ValueError(f"side_by_side must be at least 1, not {side_by_side}")
+        self.side_by_side = side_by_side
         self.reuse_prefixes(settings.prefix_cache_mb if prefix_cache_mb is None else prefix_cache_mb)
         self._queue = TurnQueue()
         # Measured once per machine, then read; a padded step costs the same whatever its draft.
@@ -341,11 +348,18 @@ class Assistant(Engine):
                 return None
         # The passes share the file's prefix: with reuse across requests off, they still reuse it among themselves.
         shared = self.prefixes if self.prefixes is not None else PrefixCache(sys.maxsize, entries=1)
+        lockstep = Lockstep(self.loaded.model, self.side_by_side) if self.side_by_side > 1 and Lockstep.takes(
+            self.loaded.model) else None
+
+        def one_pass(part: definitions.Part, sharper: str | None) -> Iterator[Event]:
+            return self._start(self._definition_prompt(request, part.span, sharper), request, part.span, cancel, shared,
+                               planned.room, part.rest, lockstep)
+
+        first = {part.span: one_pass(part, None) for part in planned.parts} if lockstep else {}  # side by side from now
         return definitions.rewrite(
             request.document, region, planned,
-            lambda part, sharper: self._start(self._definition_prompt(request, part.span, sharper), request, part.span,
-                                              cancel, shared, planned.room, part.rest), cancel,
-            (self.model, self.loaded.weights))
+            lambda part, sharper: first.pop(part.span) if part.span in first and not sharper else one_pass(part, sharper),
+            cancel, (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
         """The prompt of a pass over the definition at `part`, asked `instruction` (None: the request's)."""
@@ -376,21 +390,28 @@ class Assistant(Engine):
 
     def _start(self, prompt: Prompt, request: Request, target: tuple[int, int] | None,
                cancel: threading.Event | None, prefixes: PrefixCache | None = None, more: int = 0,
-               rest: tuple[int, int] | None = None) -> Iterator[Event]:
+               rest: tuple[int, int] | None = None, lockstep: Lockstep | None = None) -> Iterator[Event]:
         """One pass: the answer to `prompt`, which rewrites `target` of the request's document (None: a chat turn),
         reusing prompt prefixes from `prefixes` (None: the engine's cache, if it keeps one); unless the request
         sets a limit, it gets `more` new tokens than the budget of a rewrite of `target`. `rest`: the range of a
-        definition's body that the answer ends by copying (`OutputText`)."""
+        definition's body that the answer ends by copying (`OutputText`). With `lockstep`, the pass is decoded
+        side by side with the others added to it (a chain's steps: no token tree)."""
         strategy = request.strategy or self.strategy
         room = self.loaded.context_length - len(prompt.ids)
         max_new_tokens = request.max_new_tokens
         if max_new_tokens is None:
             max_new_tokens = self.budget(prompt, request.document[slice(*target)] if target else None, more)
         check_generation(max_new_tokens, room, len(prompt.ids), self.loaded.context_length)
-        draft_tokens = request.draft_tokens or self.adaptive_length()
-        generation = self._generate(prompt, request, target, self.drafter(strategy), max_new_tokens, draft_tokens,
-                                    cancel, prefixes if prefixes is not None else self.prefixes, rest)
-        return self._in_turn(generation, cancel)
+        options = dict(max_new_tokens=max_new_tokens, draft_tokens=request.draft_tokens or self.adaptive_length(),
+                       sampling=Sampling(request.temperature, request.top_k, request.top_p, request.seed),
+                       eos=self.loaded.eos, prefixes=prefixes if prefixes is not None else self.prefixes)
+        drafter = self.drafter(strategy)
+        if lockstep is not None:
+            return self._in_turn(lockstep.add(
+                partial(begin, self.loaded.model, prompt.ids, drafter, **options),
+                lambda steps, clock: self._generate(prompt, request, target, steps, cancel, rest, clock), cancel), cancel)
+        steps = decode(self.loaded.model, prompt.ids, drafter, cancel=cancel, branches=self.branches, **options)
+        return self._in_turn(self._generate(prompt, request, target, steps, cancel, rest), cancel)
 
     def _in_turn(self, generation: Generator[Event, None, None], cancel: threading.Event | None) -> Iterator[Event]:
         ticket = object()
@@ -402,34 +423,35 @@ class Assistant(Engine):
             generation.close()
             self._queue.leave(ticket)
 
-    def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, drafter: Drafter,
-                  max_new_tokens: int, draft_tokens: int | AdaptiveDraftLength, cancel: threading.Event | None,
-                  prefixes: PrefixCache | None, rest: tuple[int, int] | None = None) -> Generator[Event, None, None]:
+    def _generate(self, prompt: Prompt, request: Request, target: tuple[int, int] | None, steps: Iterator[Step],
+                  cancel: threading.Event | None, rest: tuple[int, int] | None = None,
+                  clock: Callable[[], float] | None = None) -> Generator[Event, None, None]:
+        """A pass's events from its decoding `steps`; `clock`: the pass's seconds so far (None: since it started)."""
         document = request.document
         output = OutputText(self.loaded.tokenizer, document, tuple(request.stop), prompt.fence, target, rest)
         positions = list(prompt.sources)  # document span of every context position, output included
         shown: list[Span] = []
         started = time.perf_counter()
+        elapsed = clock or (lambda: time.perf_counter() - started)
         first_token = None
-        steps = drafted = accepted = 0
+        count = drafted = accepted = 0
         stopped = "cancelled" if cancel is not None and cancel.is_set() else "length"
 
         def totals() -> Stats:
-            return Stats(output.tokens, steps, time.perf_counter() - started, len(prompt.ids), drafted, accepted,
-                         first_token or 0.0)
+            return Stats(output.tokens, count, elapsed(), len(prompt.ids), drafted, accepted, first_token or 0.0)
 
-        with closing(decode(self.loaded.model, prompt.ids, drafter, max_new_tokens=max_new_tokens,
-                            draft_tokens=draft_tokens, sampling=Sampling(request.temperature, request.top_k, request.top_p, request.seed), eos=self.loaded.eos, cancel=cancel,
-                            prefixes=prefixes, branches=self.branches)) as steps_iter:
-            for step in steps_iter:
-                steps += 1
+        with closing(steps):
+            for step in steps:
+                count += 1
                 drafted, accepted = drafted + step.drafted, accepted + step.accepted
-                first_token = first_token or time.perf_counter() - started
+                first_token = first_token or elapsed()
                 for source in step.sources:  # a source may be a token accepted earlier in this same step
                     positions.append(None if source is None else positions[source])
                 spans = positions[len(positions) - len(step.sources):]
                 text, tokens = output.add(step.tokens, spans)
                 shown += tokens
+                if output.ended:
+                    steps.close()  # no more steps: beside other passes, one would be made before this one resumes
                 yield Delta(text, tokens, len(step.tokens), step.drafted, step.accepted, step.seconds, totals())
                 if output.ended:
                     stopped = output.ended

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from assistant.model import attention, tree_attention, weights
+from assistant.model import attention, side_by_side, tree_attention, weights
 
 FAMILIES = ("llama", "qwen2")
 
@@ -37,13 +37,12 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
     """The logits of the last `logits_to_keep` of `ids` [1, n], which follow the positions in `cache`
     (updated in place), and with `hidden` the hidden states that transformers returns. With `tree`, ids are
     a token tree's rows, each at the position of its depth, attended as the chain to it would be; the cache
-    is left as it was, for `tree_attention.keep` to add the accepted rows."""
+    is left as it was, for `tree_attention.keep` to add the accepted rows. With `cache` a
+    `side_by_side.Sequences`, ids are several sequences' rows, each sequence's after its own cache."""
     inner = model.model
     x = inner.embed_tokens(ids)
-    n, start = ids.shape[1], cache.get_seq_length()
-    offsets = torch.arange(n, device=ids.device) if tree is None else tree.depths.to(ids.device)
-    positions = start + offsets
-    cos, sin = inner.rotary_emb(x, positions[None])
+    n = ids.shape[1]
+    cos, sin = inner.rotary_emb(x, positions(ids, cache, tree)[None])
     states = []
     for i, layer in enumerate(inner.layers):
         if hidden:
@@ -51,7 +50,9 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
         attn = layer.self_attn
         h = layer.input_layernorm(x)
         q, k, v = weights.products(h, (attn.q_proj, attn.k_proj, attn.v_proj))
-        if tree is None:
+        if isinstance(cache, side_by_side.Sequences):
+            out = cache.attend(q, k, v, cos, sin, i, attn)
+        elif tree is None:
             out = attention.attend(q, k, v, cos, sin, cache, i, attn)
         else:
             out = tree_attention.attend(tree, q, k, v, cos, sin, cache, i, attn)
@@ -61,3 +62,12 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
         x = x + mlp.down_proj(mlp.act_fn(gate) * up)
     x = inner.norm(x)
     return Output(model.lm_head(x[:, -logits_to_keep:]), (*states, x) if hidden else None)
+
+
+def positions(ids: torch.Tensor, cache, tree: tree_attention.Tree | None) -> torch.Tensor:
+    """The position of each of `ids`' rows: the next ones after the cache's, a tree's row at its depth, each
+    sequence's rows after their own cache's."""
+    if isinstance(cache, side_by_side.Sequences):
+        return cache.positions(ids.device)
+    offsets = torch.arange(ids.shape[1], device=ids.device) if tree is None else tree.depths.to(ids.device)
+    return cache.get_seq_length() + offsets

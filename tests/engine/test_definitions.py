@@ -327,9 +327,8 @@ def test_a_docstring_pass_gets_room_for_the_docstring(embedded, monkeypatch):
     from assistant.engine.long_documents import answer_budget
 
     budgets = []
-    generate = Assistant._generate
-    monkeypatch.setattr(Assistant, "_generate", lambda self, prompt, request, target, drafter, max_new_tokens, *rest: (
-        budgets.append(max_new_tokens), generate(self, prompt, request, target, drafter, 2, *rest))[1])
+    budget = Assistant.budget
+    monkeypatch.setattr(Assistant, "budget", lambda self, *args: (budgets.append(budget(self, *args)), 2)[1])
     for instruction, more in (("Add docstrings.", DOCSTRING_ROOM), ("Add type hints to every function.", 0)):
         budgets.clear()
         result = embedded.rewrite_text(MODULE, instruction, language="python", repairs=0)
@@ -397,3 +396,23 @@ def test_a_completion_that_fails_leaves_the_passs_answer_as_it_was(monkeypatch):
     init = ("    def __init__(self, name: str):\n        self.name = name", "eos")
     events, _ = run({"Shape.__init__": init}, instruction="Add type hints to every function.")
     assert "    def __init__(self, name: str):\n        self.name = name" in events[-1].text and events[-1].finished
+
+
+@pytest.mark.parametrize("strategy", ["ar", "pld+h"])
+def test_passes_side_by_side_give_the_answer_they_give_one_after_the_other(embedded, monkeypatch, strategy):
+    """The passes of an edit decoded side by side (`decoding.lockstep`, each step of all of them one forward) give
+    the answer, attribution and outcome of the same passes one after the other; side by side they ran."""
+    from assistant.decoding import lockstep
+
+    widths, round_ = [], lockstep.Lockstep._round
+    monkeypatch.setattr(lockstep.Lockstep, "_round", lambda self, reader: (round_(self, reader),
+                                                                           widths.append(len(self.running)))[0])
+    results = []
+    for width in (1, 4):
+        monkeypatch.setattr(embedded, "side_by_side", width)
+        results.append(embedded.rewrite_text(MODULE, "Add docstrings and type hints to every function.",
+                                             language="python", repairs=0, strategy=strategy, max_new_tokens=48))
+    one, side = results
+    assert (side.text, side.token_spans, side.definitions, side.stopped) == (
+        one.text, one.token_spans, one.definitions, one.stopped)
+    assert side.stats.new_tokens == one.stats.new_tokens and max(widths) > 1
