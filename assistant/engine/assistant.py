@@ -19,7 +19,8 @@ A document (or selection) too long for one pass is split and rewritten piece by 
 budget (`answer_budget`); the Result's `stopped` says "length" or "cancelled" if any piece
 did not finish. An edit that asks every definition of a Python text for a docstring or type
 hints is made one definition at a time (engine/definitions.py), its passes sharing the prompt
-prefix that shows the whole file; the Result's `definitions` says how each went.
+prefix that shows the whole file and decoded side by side, each step of several passes one forward
+(decoding/lockstep.py); the Result's `definitions` says how each went.
 
 A finished answer is checked once for problems the edit introduced, in the request's `language`,
 and repaired with up to `repairs` further passes while problems remain (engine/repair.py): the

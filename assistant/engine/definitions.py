@@ -21,8 +21,9 @@ the two stands (`attempts`). Asked for type hints, a special method left without
 the data model fixes without a model (` -> None` on `__init__`, ` -> str` on `__str__`, and so on: Python
 raises TypeError for any other, and the 1.5B left them out), and a default value it added or changed beside a
 hint is put back (`completed`). Nothing else
-changes: each pass is an ordinary generation, a cancel ends the whole answer, and the answer is checked
-and repaired as a whole.
+changes: each pass is an ordinary generation (the engine decodes several side by side, `decoding.lockstep`, which
+makes each the tokens it makes alone), a cancel ends the whole answer, and the answer is checked and repaired as a
+whole.
 
 Conservative by design: comments, the module's own docstring, an instruction that names one of the
 region's definitions, or one that asks to change what exists ("improve the docstrings") get the single

@@ -1,9 +1,10 @@
 """Several sequences' rows in one forward, each sequence attended over its own KV cache.
 
 Invariant: every row gets the bits a forward of its own sequence's rows alone gives it. The products
-compute a row alike whatever rows come with it (`model.exactness`: within `FEW` rows, where shapes are not
-fixed), and each sequence's rows are rotated at the positions after its own cache's and attended over that
-cache by `attention.attend`, as a chain's step is; the cache is left holding them, as a step leaves it.
+compute a row alike whatever rows come with it (`model.exactness`: within `FEW` rows where shapes are not
+fixed, which the caller keeps to, as `decoding.lockstep` does), and each sequence's rows are rotated at
+the positions after its own cache's and attended over that cache by `attention.attend`, as a chain's step
+is; the cache is left holding them, as a step leaves it.
 Why: on a CPU, a forward of a few rows costs about what one row does, since the weights are read once for
 all of them (the 1.5B on AMX: 4 rows cost 1.2 times one row), so generations that make a token a step go
 about as many times faster side by side (`decoding.lockstep`).
@@ -15,8 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from assistant.model import attention, exactness
-from assistant.model.kv_cache import PreallocatedLayer
+from assistant.model import attention
 
 
 @dataclass
@@ -42,12 +42,3 @@ class Sequences:
             first += count
         return torch.cat(outs, dim=1)
 
-
-def takes(model, caches: list, counts: list[int]) -> bool:
-    """Whether these sequences' rows can be fed to `model` in one forward: our forward (`transformer.fits`, checked
-    by the caller) on preallocated caches with room for them, rows alike at every count (no fixed shapes), and
-    within the rows every product computes alike."""
-    return (not exactness.fixed_shapes(model) and sum(counts) <= exactness.FEW
-            and all(isinstance(layer, PreallocatedLayer) and (not layer.is_initialized
-                                                             or layer.length + count <= layer.capacity)
-                    for cache, count in zip(caches, counts) for layer in cache.layers))
