@@ -359,7 +359,8 @@ class Assistant(Engine):
         first = {part.span: one_pass(part, None) for part in planned.parts} if lockstep else {}  # side by side from now
         return definitions.rewrite(
             request.document, region, planned,
-            lambda part, sharper: first.pop(part.span) if part.span in first and not sharper else one_pass(part, sharper),
+            lambda part, sharper: first.pop(part.span) if sharper is None and part.span in first else one_pass(
+                part, sharper),
             cancel, (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
@@ -408,9 +409,11 @@ class Assistant(Engine):
                        eos=self.loaded.eos, prefixes=prefixes if prefixes is not None else self.prefixes)
         drafter = self.drafter(strategy)
         if lockstep is not None:
-            return self._in_turn(lockstep.add(
-                partial(begin, self.loaded.model, prompt.ids, drafter, **options),
-                lambda steps, clock: self._generate(prompt, request, target, steps, cancel, rest, clock), cancel), cancel)
+            def consume(steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[Event]:
+                return self._generate(prompt, request, target, steps, cancel, rest, clock)
+
+            start = partial(begin, self.loaded.model, prompt.ids, drafter, **options)
+            return self._in_turn(lockstep.add(start, consume, cancel), cancel)
         steps = decode(self.loaded.model, prompt.ids, drafter, cancel=cancel, branches=self.branches, **options)
         return self._in_turn(self._generate(prompt, request, target, steps, cancel, rest), cancel)
 

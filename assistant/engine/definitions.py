@@ -144,18 +144,27 @@ def finished(node: ast.AST, wanted: frozenset[str]) -> bool:
 
 def sharper(name: str, node: ast.AST, wanted: frozenset[str]) -> str:
     """The instruction of a second pass over a definition that its first pass left without what was asked: the
-    definition by name and, for type hints, the parameters to annotate."""
+    definition by name, the functions and classes it defines that lack it and, for type hints, the parameters to
+    annotate."""
     hints = ANNOTATIONS in wanted and not isinstance(node, ast.ClassDef)
     things = ["a docstring"] * (DOCSTRING in wanted) + ["type hints"] * hints
-    said = f"Add {' and '.join(things)} to `{name}`."
+    nested = [] if isinstance(node, ast.ClassDef) else [
+        f"`{inner.name}`" for inner in ast.walk(node)
+        if inner is not node and isinstance(inner, DEFINITIONS) and not has(inner, wanted)]
+    inside = f" and to what it defines, {joined(nested)}" if nested else ""
+    said = f"Add {' and '.join(things)} to `{name}`{inside}."
     if hints:
         bare = [f"`{name}`" for name in unannotated(node)]
         if node.returns is None:
             bare.append("its return type (it returns a value: not `-> None`)" if gives_value(node)
                         else "its return type (`-> None`: it returns nothing)")
-        listed = ", ".join(bare[:-1]) + " and " + bare[-1] if len(bare) > 1 else "".join(bare)
-        said += f" Annotate {listed}." if listed else ""
+        said += f" Annotate {joined(bare)}." if bare else ""
     return said + " Keep its code as it is."
+
+
+def joined(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def body(node: ast.AST, index: LineIndex, span: Piece) -> Piece | None:

@@ -220,7 +220,31 @@ def test_the_sharper_pass_names_the_parameters_left_to_annotate():
                                "`-> None`). Keep its code as it is.")  # the 1.5B wrote `-> None` on such functions
     assert "Annotate `name` and its return type (`-> None`: it returns nothing)" in sharper["Shape.__init__"]
     assert "`self`" not in sharper["Shape.__init__"]
-    assert sharper["Shape.grow"] == "Add type hints to `Shape.grow`. Keep its code as it is."  # `inner` lacks them
+    assert sharper["Shape.grow"] == ("Add type hints to `Shape.grow` and to what it defines, `inner`. "
+                                     "Keep its code as it is.")
+
+
+def test_the_sharper_pass_names_the_nested_definitions_left_undone():
+    """A function is done when what it defines is too (`asked.complete`): reprlib's `recursive_repr` stayed 88% done,
+    its nested `wrapper` without a docstring."""
+    nested = ('''def recursive_repr(fillvalue="..."):
+    def decorating_function(user_function):
+        """Documented."""
+        def wrapper(self):
+            return user_function(self)
+        class Cached:
+            pass
+        return wrapper
+    return decorating_function
+
+
+def other():
+    return 1
+''')
+    found = plan(nested, (0, len(nested)), "Add a docstring to every function.", "python")
+    assert found.parts[0].sharper == ("Add a docstring to `recursive_repr` and to what it defines, `wrapper` and "
+                                      "`Cached`. Keep its code as it is.")
+    assert found.parts[1].sharper == "Add a docstring to `other`. Keep its code as it is."
 
 
 def test_a_none_return_hint_on_a_function_that_returns_a_value_is_not_done():
