@@ -232,12 +232,19 @@ def prefix_reuse(runner: Runner, record: data.Record, reference: Run | None) -> 
 
 
 def reset_peak_memory(device) -> None:
+    """Start a row's peaks from what is held now: CUDA's, and on Linux the process's resident high-water mark
+    (writing 5 to /proc/self/clear_refs sets it to the resident size), so that `max_rss_mb` is the row's."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
 
 
 def peak_memory_mb(device) -> dict:
-    # ru_maxrss is the process-wide high-water mark in KiB on Linux: it only ever grows.
+    # ru_maxrss is the resident high-water mark in KiB on Linux: since `reset_peak_memory` where that could reset it,
+    # else since the process started (every model loaded so far resident in either case).
     memory = {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     if device.type == "cuda":
         memory["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
