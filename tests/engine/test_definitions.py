@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from assistant.checks.asked import ANNOTATIONS, DOCSTRING
+from assistant.engine.contract import Request
 from assistant.engine.definitions import asked, plan, rewrite
 from assistant.engine.events import Delta, Result, Stats
 from assistant.engine.output import Span
@@ -440,3 +441,24 @@ def test_passes_side_by_side_give_the_answer_they_give_one_after_the_other(embed
     assert (side.text, side.token_spans, side.definitions, side.stopped) == (
         one.text, one.token_spans, one.definitions, one.stopped)
     assert side.stats.new_tokens == one.stats.new_tokens and max(widths) > 1
+
+
+def test_a_cancel_while_passes_run_side_by_side_stops_every_one_of_them(embedded, monkeypatch):
+    """Cancelled after a few rounds, no pass makes another step (no forward after the cancel), and the answer is
+    unfinished: stopped as cancelled."""
+    from assistant.decoding import lockstep
+
+    cancel, forwards = threading.Event(), []
+    forward = lockstep.forward
+
+    def counted(*args):
+        forwards.append(cancel.is_set())
+        if len(forwards) == 5:
+            cancel.set()
+        return forward(*args)
+
+    monkeypatch.setattr(lockstep, "forward", counted)
+    events = list(embedded.run(Request(MODULE, "Add docstrings.", language="python", repairs=0), cancel))
+    result = events[-1]
+    assert isinstance(result, Result) and result.stopped == "cancelled" and not result.finished
+    assert len(forwards) == 5 and not any(forwards)  # none after the cancel
