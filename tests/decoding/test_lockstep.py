@@ -13,7 +13,8 @@ import torch
 
 from assistant.decoding import lockstep, loop
 from assistant.decoding.drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
-from assistant.decoding.lockstep import Lockstep, rows_within
+from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
+from assistant.decoding.lockstep import Lockstep, allotted, rows_within
 from assistant.model import exactness, side_by_side
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -81,6 +82,27 @@ def test_drafts_are_cut_from_their_ends_the_longest_first():
     assert rows_within(drafts, 8) == [([1, 2], 7), ([6], 2), ([8, 9], 4)]
     assert rows_within(drafts, 3) == [([], 7), ([], 2), ([], 4)]
     assert rows_within(drafts, 64) == drafts
+
+
+def adaptive(costs: dict[int, float], acceptance: float) -> AdaptiveDraftLength:
+    length = AdaptiveDraftLength(costs, 24, 63)
+    length.acceptance = acceptance
+    return length
+
+
+def test_a_round_keeps_the_rows_that_make_the_most_tokens_for_their_cost():
+    step = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0, 32: 2.0, 64: 4.0}  # 17 rows cost what 32 do (AMX tiles)
+    step[17] = 2.0
+    drafts = [(list(range(10)), 0), (list(range(10)), 1), ([], 2), ([], 3)]
+    doubtful = allotted(drafts, [adaptive(step, 0.6), adaptive(step, 0.6), adaptive(step, 0.9), adaptive(step, 0.9)],
+                        64)
+    assert sum(len(d) + 1 for d, _ in doubtful) == 16  # 24 rows would cost twice 16
+    assert [len(d) for d, _ in doubtful] == [6, 6, 0, 0]
+    flat = {n: 1.0 for n in (1, 2, 4, 8, 16, 32, 64)}
+    assert allotted(drafts, [adaptive(flat, 0.6)] * 4, 64) == drafts  # rows cost nothing: every draft whole
+    assert sum(len(d) + 1 for d, _ in allotted(drafts, [adaptive(flat, 0.99)] * 4, 16)) == 16
+    fixed = [FixedDraftLength(10)] * 4
+    assert allotted(drafts, fixed, 64) == drafts and allotted(drafts, fixed, 8) == rows_within(drafts, 8)
 
 
 def test_a_generation_whose_consumer_closes_its_steps_makes_no_more(tiny_model, monkeypatch):
