@@ -71,6 +71,8 @@ class Lockstep:
         return self._outputs(member)
 
     def _outputs(self, member: Member) -> Iterator:
+        """The member's outputs: those its consumer made while others were read, then its own, made as it is read
+        (which drives the rounds); what its consumer raised meanwhile, raised after them."""
         try:
             while True:
                 if member.outputs:
@@ -87,6 +89,7 @@ class Lockstep:
             self._leave(member)
 
     def _steps(self, member: Member) -> Iterator[Step]:
+        """The member's steps, as its consumer reads them: those made already, else one more round's."""
         try:
             while member.steps or not member.finished:
                 if not member.steps:
