@@ -1,6 +1,7 @@
-"""Generations side by side: each makes the steps it makes alone, token for token and source for source, whatever
-runs beside it, in whatever order they are read; a round's rows stay within what one forward computes alike; a
-generation that is read no more, or cancelled, makes no more steps; their seconds are not counted twice."""
+"""Generations side by side: each makes the steps it makes alone, greedy or sampled, token for token and source for
+source, whatever runs beside it, in whatever order they are read; a round keeps the rows that pay for themselves,
+within what one forward computes alike; a generation that is read no more, or cancelled, makes no more steps; their
+seconds are not counted twice."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from assistant.decoding import lockstep, loop
 from assistant.decoding.drafters import AttentionDraft, HiddenDraft, NgramDraft, NoDraft
 from assistant.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
 from assistant.decoding.lockstep import Lockstep, allotted, rows_within
+from assistant.decoding.verification import Sampling
 from assistant.model import exactness, side_by_side
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -25,8 +27,10 @@ def prompts() -> list[list[int]]:
     return [body * 3, body + [3, 9] * 20, [5] * 20 + [5, 6] * 10, body[:7], body[::-1] * 2 + [1]]
 
 
-def alone(model, prompt: list[int], drafter, max_new_tokens: int, draft_tokens: int) -> list[loop.Step]:
-    return list(loop.decode(model, prompt, drafter, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens))
+def alone(model, prompt: list[int], drafter, max_new_tokens: int, draft_tokens: int,
+          sampling: Sampling = Sampling()) -> list[loop.Step]:
+    return list(loop.decode(model, prompt, drafter, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
+                            sampling=sampling))
 
 
 def steps_of(steps, clock):
@@ -34,8 +38,9 @@ def steps_of(steps, clock):
 
 
 def added(side: Lockstep, model, prompt: list[int], drafter, max_new_tokens: int, draft_tokens: int,
-          consume=steps_of, cancel: threading.Event | None = None):
-    start = partial(loop.begin, model, prompt, drafter, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens)
+          consume=steps_of, cancel: threading.Event | None = None, sampling: Sampling = Sampling()):
+    start = partial(loop.begin, model, prompt, drafter, max_new_tokens=max_new_tokens, draft_tokens=draft_tokens,
+                    sampling=sampling)
     return side.add(start, consume, cancel)
 
 
@@ -51,6 +56,15 @@ def test_each_generation_makes_the_steps_it_makes_alone(tiny_model, width):
             assert [s.tokens for s in got] == [s.tokens for s in steps]
             assert [s.sources for s in got] == [s.sources for s in steps]
             assert [s.finished for s in got] == [s.finished for s in steps]
+
+
+def test_sampled_generations_make_the_tokens_they_make_alone(peaky_model):
+    sampling = [Sampling(temperature=0.8, seed=seed) for seed in range(len(prompts()))]
+    expected = [alone(peaky_model, prompt, NgramDraft(), 40, 6, s) for prompt, s in zip(prompts(), sampling)]
+    side = Lockstep(peaky_model, 3)
+    outputs = [added(side, peaky_model, prompt, NgramDraft(), 40, 6, sampling=s)
+               for prompt, s in zip(prompts(), sampling)]
+    assert [[s.tokens for s in got] for got in outputs] == [[s.tokens for s in steps] for steps in expected]
 
 
 def test_generations_read_in_another_order_join_as_they_are_read(tiny_model):
