@@ -68,7 +68,8 @@ class Runner:
 
     def __init__(self, assistant, max_new_tokens: int | None, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
-        self.load = load  # (weights, long_drafts=, branches=, side_by_side=) -> another Assistant of the same model, for ar@float32
+        # (weights, long_drafts=, branches=, side_by_side=) -> another Assistant of the same model, for ar@float32
+        self.load = load
         self.others: dict[str, object] = {}
         self.unavailable: dict[str, str] = {}
         self.histories: dict[str, tuple[dict, ...]] = {}

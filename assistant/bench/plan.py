@@ -91,8 +91,8 @@ def planned_strategies(strategies: list[str]) -> list[str]:
                              f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
                              f"where it would edit definition by definition, pld+h@{ONE_PASS}, or with drafts "
                              f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}, or with a token tree of N "
-                             f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3, or with N passes over definitions decoded "
-                             f"side by side (N from 1 to 8), such as pld+h@side-by-side=1")
+                             f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3, or with N passes over "
+                             f"definitions decoded side by side (N from 1 to 8), such as pld+h@side-by-side=1")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

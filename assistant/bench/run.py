@@ -163,8 +163,9 @@ def judged(record: data.Record, result: Run) -> dict:
 def expected(strategy: str, results: dict[str, Run]) -> str | None:
     """The text `strategy`'s answer must equal: `ar`'s with the same weights and repairs (`ar@W` for a
     strategy on other weights W, `ar` itself for `X@long-drafts=0`, `X@tree=N` and `X@side-by-side=N`: plain
-    decoding drafts nothing, and passes side by side make the tokens they make one after the other), or `ar`'s first answer for one that is not repaired (`X@repairs=0`, and the generators that
-    do not repair); None where that did not run, or for another prompt's answer (`reference-prompt`)."""
+    decoding drafts nothing, and passes side by side make the tokens they make one after the other), or `ar`'s
+    first answer for one that is not repaired (`X@repairs=0`, and the generators that do not repair); None where
+    that did not run, or for another prompt's answer (`reference-prompt`)."""
     base, _, other = strategy.partition("@")
     reference = results.get(f"ar@{other}" if other else "ar")
     if reference is None and (other in ("repairs=0", SHORT_DRAFTS) or TREE.fullmatch(other)

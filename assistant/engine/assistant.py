@@ -359,8 +359,7 @@ class Assistant(Engine):
         first = {part.span: one_pass(part, None) for part in planned.parts} if lockstep else {}  # side by side from now
         return definitions.rewrite(
             request.document, region, planned,
-            lambda part, sharper: first.pop(part.span) if sharper is None and part.span in first else one_pass(
-                part, sharper),
+            lambda part, sharper: (first.pop(part.span, None) if sharper is None else None) or one_pass(part, sharper),
             cancel, (self.model, self.loaded.weights))
 
     def _definition_prompt(self, request: Request, part: tuple[int, int], instruction: str | None = None) -> Prompt:
