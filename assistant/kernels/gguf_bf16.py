@@ -51,12 +51,12 @@ def _granted(library: ctypes.CDLL) -> str | None:
 _p, _i64, _i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _FLAGS = flags("-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16")
 _NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
-_LINEAR = {"tile_linears": ([_p, _i64, _i64, _i64, _p, _p], None)}
-AMX = Kernel("gguf_bf16.cpp", _FLAGS + ["-mamx-tile", "-mamx-bf16"], _NEEDS | {"amx_tile", "amx_bf16"},
-                          {"amx_request": ([], _i32)} | _LINEAR, _granted)
-# The same source without tiles: VDPBF16PS, and VPDPBUSD for `gguf_vnni` (every CPU with AVX512-BF16 has VNNI).
-AVX512 = Kernel("gguf_bf16.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"},
-                             _LINEAR | {"q8_linears": ([_p, _i64, _i64, _i64, _p, _p], None)})
+# Both builds hold VPDPBUSD's product for `gguf_vnni` too (every CPU with AVX512-BF16 has VNNI).
+_LINEAR = {name: ([_p, _i64, _i64, _i64, _p, _p], None) for name in ("tile_linears", "q8_linears")}
+AMX = Kernel("gguf_bf16.cpp", _FLAGS + ["-mavx512vnni", "-mamx-tile", "-mamx-bf16", "-mamx-int8"],
+             _NEEDS | {"avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"}, {"amx_request": ([], _i32)} | _LINEAR, _granted)
+# The same source without tiles: VDPBF16PS.
+AVX512 = Kernel("gguf_bf16.cpp", _FLAGS + ["-mavx512vnni"], _NEEDS | {"avx512_vnni"}, _LINEAR)
 
 
 def kernel() -> Kernel:

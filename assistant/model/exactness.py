@@ -29,11 +29,9 @@ def fixed_shapes(model: nn.Module) -> bool:
 
 def alike(model: nn.Module) -> bool:
     """Whether every product of `model` computes a row alike whatever the number of rows, a prefill's
-    too: no plain linear layer is left, and its layers are of a kind that says so (`ROWS_ALIKE`:
-    gguf-q8's kernel)."""
+    too: no plain linear layer is left, and its layers say so (`rows_alike`: gguf-q8's kernel without AMX)."""
     modules = list(model.modules())
-    return (not any(type(m) is nn.Linear for m in modules)
-            and any(getattr(type(m), "ROWS_ALIKE", False) for m in modules))
+    return not any(type(m) is nn.Linear for m in modules) and any(getattr(m, "rows_alike", False) for m in modules)
 
 
 def longest_draft(model: nn.Module) -> int:

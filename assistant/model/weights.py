@@ -248,7 +248,12 @@ class Q8Linear(GgufLinear):
     """The same groups through VPDPBUSD (`gguf_vnni`): activations quantized to 8 bits per 32 inputs (256 for K-quants)."""
 
     KERNEL = gguf_vnni
-    ROWS_ALIKE = True  # every row computed alike whatever the rows, a prefill's too (`exactness.alike`)
+
+    @property
+    def rows_alike(self) -> bool:
+        """Every row computed alike whatever the rows, a prefill's too (`exactness.alike`): not where a
+        prefill takes the AMX tiles."""
+        return gguf_vnni.prefill_alike()
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear, "gguf": BlockLinear, "gguf-bf16": TileLinear, "gguf-q8": Q8Linear}

@@ -18,6 +18,7 @@ from assistant.decoding.loop import decode, forward, prefill, start
 from assistant.decoding.prefix_cache import PrefixCache
 from assistant.decoding.verification import Sampling, verify_sampled
 from assistant.engine.assistant import WARM_CHUNK
+from assistant.kernels import gguf_vnni
 from assistant.model import exactness, weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -481,7 +482,8 @@ def test_same_seed_same_sample(tiny_model):
         assert a == b
 
 
-@pytest.mark.skipif("gguf-q8" not in weights.available(torch.device("cpu")), reason="no gguf-q8 kernel here")
+@pytest.mark.skipif("gguf-q8" not in weights.available(torch.device("cpu")) or not gguf_vnni.prefill_alike(),
+                    reason="no gguf-q8 kernel here, or its prefill takes the AMX tiles")
 def test_where_rows_are_alike_a_prompt_prefilled_in_pieces_gets_the_bits_of_one_prefilled_at_once():
     """gguf-q8 computes a row alike whatever the rows, so a prompt is prefilled in forwards of up to
     exactness.FEW tokens, row-exact attention included: a warm buffer's pieces (`WARM_CHUNK`) and a

@@ -1,6 +1,7 @@
 """`--weights gguf-q8`: the GGUF's own blocks (`gguf_bf16`'s groups) times activations quantized to 8
 bits per row and 32 inputs (256 for the K-quants), on AVX512-VNNI: a row's result is the exact product of its quantized x with
-the exact weights, whatever the batch, a prefill's too; a real GGUF's layers run on their own blocks."""
+the exact weights, whatever the batch, a prefill's too where the CPU has no AMX (with AMX a prefill takes the tiles'
+bfloat16 product); a real GGUF's layers run on their own blocks."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from conftest import SCALES, carried_smollm2_logits, tile_groups
 from gguf import GGMLQuantizationType
 
-from assistant.kernels import gguf_vnni
+from assistant.kernels import gguf_bf16, gguf_vnni
 
 pytestmark = pytest.mark.skipif(not gguf_vnni.usable(), reason=f"no gguf-q8 kernel here: {gguf_vnni.failure()}")
 
@@ -25,11 +26,11 @@ def quantized(x: torch.Tensor, inputs: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", list(SCALES))
 def test_a_row_is_its_quantized_x_times_the_exact_weights_whatever_the_batch(name):
-    """Up to 8 rows and past them (a prefill's 70) a row takes the same operations."""
+    """Up to 8 rows and past them (a verification's 64, a prefill's 70 where it is alike) a row takes the same operations."""
     kind = GGMLQuantizationType[name]
     groups, reference = tile_groups(kind, 48, 512)
     library = gguf_vnni.library()
-    x = torch.randn(70, 512, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(70 if gguf_vnni.prefill_alike() else gguf_vnni.ROWS, 512, generator=torch.Generator().manual_seed(0))
     batch = gguf_vnni.linear(library, x, groups, kind.value, 512)
     mismatched = [(start, m) for m in (1, 2, 3, 4, 5, 8, 9, 17, 33, 64) for start in (0, 6)
                   if not torch.equal(gguf_vnni.linear(library, x[start:start + m], groups, kind.value, 512),
@@ -37,6 +38,20 @@ def test_a_row_is_its_quantized_x_times_the_exact_weights_whatever_the_batch(nam
     assert mismatched == []
     exact = quantized(x, 256 if name.endswith("_K") else 32).double() @ reference.double().T
     assert (batch.double() - exact).abs().max() <= 1e-6 * exact.abs().max()
+
+
+@pytest.mark.skipif(gguf_vnni.prefill_alike(), reason="no AMX here: a prefill's rows are a step's")
+def test_with_amx_a_prefill_takes_the_tiles_bfloat16_product():
+    """Past ROWS rows the AMX build multiplies as gguf-bf16's prefill does (three times VPDPBUSD's speed
+    there), the same bits; up to ROWS, x quantized to 8 bits as everywhere."""
+    kind = GGMLQuantizationType.Q4_K
+    groups, _ = tile_groups(kind, 48, 512)
+    library = gguf_vnni.library()
+    x = torch.randn(gguf_vnni.ROWS + 6, 512, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(gguf_vnni.linear(library, x, groups, kind.value, 512),
+                       gguf_bf16.linear(library, x, groups, kind.value, 512))
+    assert not torch.equal(gguf_vnni.linear(library, x[:8], groups, kind.value, 512),
+                           gguf_bf16.linear(library, x[:8], groups, kind.value, 512))
 
 
 def test_a_row_of_zeros_gives_zeros():
