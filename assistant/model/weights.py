@@ -361,8 +361,10 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
     return to_store
 
 
-EDIT = {256: 6, 16: 25}  # rows of a product: how many of them a code edit of the bench's runs with `pld+h`
-# (Qwen2.5-Coder-1.5B: a 1,500-token prompt, then 22 to 27 verifications of 9 to 14 accepted tokens each)
+# Rows of a product: how many of them six edits of the bench's make with `pld+h` (Qwen2.5-Coder-1.5B, one
+# code edit, two text edits, three fixes, 2026-11-27): 3,646 prompt rows, then 22 one-token steps and
+# verifications of 2 to 13 rows (43), 19 to 31 (25), 33 to 59 (19) and 64 (32).
+EDIT = {256: 14, 1: 22, 8: 43, 24: 25, 48: 19, 64: 32}
 
 
 def timed_formats(device: torch.device, in_features: int, out_features: int) -> dict[str, float]:
