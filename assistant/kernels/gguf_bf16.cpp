@@ -697,19 +697,24 @@ constexpr int64_t TILED = 32;  // from this many rows, K-quants' blocks go throu
 // each weight w = sc_u q (|w| < 2^13) as 128 hi + lo, lo in tiles[s][0] and hi in tiles[s][1] (signed bytes).
 template <class L>
 inline void int8_tiles(const uint8_t* b, uint8_t (*tiles)[2][1024]) {
+    __m512i scales[L::BLOCK / L::SUB];  // sc_u in both 16-bit halves of output j's dword
+    for (int u = 0; u < L::BLOCK / L::SUB; u++) {
+        const __m512i sc = bytes_to_int32(b + (L::OFFSET ? 64 : 32) + 16 * u, !L::OFFSET);
+        scales[u] = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16));
+    }
+    const __m512i low = _mm512_set1_epi16(0x00FF), seven = _mm512_set1_epi16(0x7F7F);
     for (int c = 0; c < 8; c++)
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m512i quad[2];
             quads<L>(b + L::FIELDS + c * CHUNK<L>, g, quad[0], quad[1]);
             for (int half = 0; half < 2; half++) {
-                const int u = (32 * c + 8 * g + 4 * half) / L::SUB;
-                const __m512i sc = bytes_to_int32(b + (L::OFFSET ? 64 : 32) + 16 * u, !L::OFFSET);
-                const __m512i sc2 = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16));
-                const __m512i even = _mm512_mullo_epi16(_mm512_and_si512(quad[half], _mm512_set1_epi16(0x00FF)), sc2);
-                const __m512i odd = _mm512_mullo_epi16(_mm512_srli_epi16(quad[half], 8), sc2);
-                const __m512i seven = _mm512_set1_epi16(0x007F), byte = _mm512_set1_epi16(0x00FF);
-                const __m512i lo = _mm512_or_si512(_mm512_and_si512(even, seven), _mm512_slli_epi16(_mm512_and_si512(odd, seven), 8));
-                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi16(even, 7), byte), _mm512_slli_epi16(_mm512_srai_epi16(odd, 7), 8));
+                const __m512i sc = scales[(32 * c + 8 * g + 4 * half) / L::SUB];
+                const __m512i even = _mm512_mullo_epi16(_mm512_and_si512(quad[half], low), sc);  // w of bytes 0 and 2
+                const __m512i odd = _mm512_mullo_epi16(_mm512_srli_epi16(quad[half], 8), sc);     // of bytes 1 and 3
+                // each word's low byte from even, its high byte from odd (0xE4: where c, a, else b)
+                const __m512i lo = _mm512_and_si512(_mm512_ternarylogic_epi32(even, _mm512_slli_epi16(odd, 8), low, 0xE4), seven);
+                const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srai_epi16(even, 7), _mm512_slli_epi16(_mm512_srai_epi16(odd, 7), 8), low, 0xE4);
                 const int row = 8 * (c % 2) + 2 * g + half;
                 _mm512_store_si512(tiles[c / 2][0] + 64 * row, lo);
                 _mm512_store_si512(tiles[c / 2][1] + 64 * row, hi);
