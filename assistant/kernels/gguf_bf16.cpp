@@ -496,8 +496,7 @@ struct Scratch {
     Scratch(int64_t m, int64_t k)
         : xb(static_cast<uint16_t*>(buffer(m * k * 2))), xsums(static_cast<float*>(buffer(m * k / 16 * 4))),
           xq(static_cast<int8_t*>(buffer((m + 15) * k))), dx(static_cast<float*>(buffer(m * k / 32 * 4))),
-          xs(static_cast<float*>(buffer(m * k / 16 * 4))), xi(static_cast<int16_t*>(buffer(m * k / 16 * 2))) {
-    }
+          xs(static_cast<float*>(buffer(m * k / 16 * 4))), xi(static_cast<int16_t*>(buffer(m * k / 16 * 2))) {}
     Scratch(const Scratch&) = delete;
     ~Scratch() {
         for (void* p : {static_cast<void*>(xb), static_cast<void*>(xsums), static_cast<void*>(xq), static_cast<void*>(dx),
