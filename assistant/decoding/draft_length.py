@@ -10,8 +10,9 @@ generation. Where little is accepted (translation, answers to questions) k drops
 decoding is plain decoding.
 
 A rewrite copies in long runs, so a is high and changes by regime (a copied stretch, then an edit):
-the estimate starts high (`PRIOR`) and follows the last drafts closely (docs/kernels.md has the
-measurement that chose the weights).
+the estimate starts high (`prior`) and follows the last drafts closely. The two weights were chosen by
+replaying recorded drafts under each setting, priced by a measured cost curve (docs/kernels.md has the
+measurement).
 
 Long drafts: a draft is chosen up to the model's tuned ceiling; while drafts are accepted whole as
 long as they were chosen (the copied source goes on), the reach doubles, up to `longest`, and a miss
@@ -67,8 +68,8 @@ class AdaptiveDraftLength:
     costs: dict[int, float]  # forward time of n tokens relative to one token
     ceiling: int  # the most a draft is chosen at until drafts at it are accepted whole
     longest: int = 0  # the most a draft may grow to while accepted whole (not above `ceiling`: no growth)
-    prior: float = 0.9  # acceptance expected of a rewrite before any draft is seen
-    memory: float = 0.5  # weight of the past in the running acceptance estimate
+    prior: float = 0.98  # acceptance expected of a rewrite before any draft is seen
+    memory: float = 0.3  # weight of the past in the running acceptance estimate
     patience: float = 0.95  # per undrafted step: how slowly the estimate returns to the prior
 
     def __post_init__(self):

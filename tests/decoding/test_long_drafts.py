@@ -29,16 +29,16 @@ def chosen(length: AdaptiveDraftLength, accepted_whole: int) -> list[int]:
 
 def test_drafts_grow_past_the_ceiling_while_accepted_whole_and_fall_back_after_a_miss():
     length = AdaptiveDraftLength(NEARLY_FLAT, 24, 63)
-    assert chosen(length, 4) == [23, 37, 59, 63]  # 23 at the prior's acceptance; accepted whole, the reach doubles
+    assert chosen(length, 4) == [24, 48, 63, 63]  # the ceiling at the prior's acceptance; accepted whole, the reach doubles
     length.update(63, 10)  # the copy ended
     assert length.choose() <= 24
-    assert chosen(AdaptiveDraftLength(NEARLY_FLAT, 24), 4) == [23, 24, 24, 24]  # long drafts off: the old ceiling
+    assert chosen(AdaptiveDraftLength(NEARLY_FLAT, 24), 4) == [24, 24, 24, 24]  # long drafts off: the old ceiling
 
 
 def test_drafts_stop_growing_where_tokens_per_second_stop_rising():
     steep = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.1, 16: 1.2, 32: 1.4, 64: 4.0}  # past 32 rows a forward gets dear
     length = AdaptiveDraftLength(steep, 24, 63)
-    assert chosen(length, 6) == [23, 31, 31, 31, 31, 31]  # 32 rows: the most tokens per unit of cost
+    assert chosen(length, 6) == [24, 31, 31, 31, 31, 31]  # 32 rows: the most tokens per unit of cost
     assert length.reach == 63  # allowed, not worth it
 
 
@@ -46,14 +46,14 @@ def test_a_step_in_the_cost_curve_below_the_ceiling_does_not_stop_the_growth():
     amx = {1: 1.0, 2: 1.06, 4: 1.2, 8: 1.23, 16: 1.5, 32: 3.15, 64: 5.27}  # the 1.5B's gguf-bf16 on a 2-core AMX Xeon
     length = AdaptiveDraftLength(amx, 24, 63)
     # 16 rows beat 25 within the ceiling; past it, 64 rows beat 16 once the copy is sure enough
-    assert chosen(length, 8) == [15] * 5 + [63] * 3
+    assert chosen(length, 8) == [15] * 2 + [63] * 6
 
 
 def test_a_draft_cut_short_by_its_source_does_not_grow_the_next():
     length = AdaptiveDraftLength(NEARLY_FLAT, 24, 63)
-    assert length.choose() == 23
-    length.update(10, 10)  # the source ran out of context, not of agreement
     assert length.choose() == 24
+    length.update(10, 10)  # the source ran out of context, not of agreement
+    assert length.choose() == 24 and length.reach == 24
 
 
 def test_the_longest_draft_is_what_one_forward_computes_alike(tiny_model, monkeypatch):
