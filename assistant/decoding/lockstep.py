@@ -1,8 +1,10 @@
 """Generations decoded side by side: each round verifies the next draft of every running generation in one forward.
 
-Invariant: each generation's steps are the ones `loop.decode` makes of it alone, token for token: it drafts,
-verifies and accepts as `loop.next_step` does, and its rows in a round's forward get the bits a forward of its own
-rows gives them (`model.side_by_side`). Why: on a CPU a forward of a few rows costs about what one row does (the
+Invariant: each generation's tokens are the ones `loop.decode` makes of it alone, token for token: it drafts,
+verifies and accepts as `loop.next_step` does, its draft perhaps cut shorter to suit the round (`allotted`), and
+its rows in a round's forward get the bits a forward of its own rows gives them (`model.side_by_side`). A cut
+moves a step's end, so a token drafted alone may come as the model's own here, attributed to the copy it
+continues or to none. Why: on a CPU a forward of a few rows costs about what one row does (the
 weights are read once for all), so generations that make a token a step, such as docstrings, each new text, go
 about as many times faster side by side.
 
