@@ -722,7 +722,7 @@ inline void int8_tiles(const uint8_t* b, uint8_t (*tiles)[2][1024]) {
 }
 
 // K-quants from TILED rows: each block's sum of w x over its 256 inputs in int32 by TDPBSSD, 128 (hi's)
-// + lo's: exactly q8_rows's `whole`, which block_end scales alike. x past 16 rows is padded to 16.
+// + lo's: exactly q8_rows's `whole`, which block_end scales alike. x is padded to a multiple of 16 rows.
 template <class L>
 void q8_tiles(const int8_t* xq, const float* dx, const int16_t* xi, int64_t m, int64_t rows, int64_t k, const uint8_t* units, int64_t n, float* y) {
     constexpr int PER = L::BLOCK / L::SUB;
@@ -731,7 +731,7 @@ void q8_tiles(const int8_t* xq, const float* dx, const int16_t* xi, int64_t m, i
     alignas(64) int32_t sums[4][16 * 16];
     alignas(64) float acc[ROWS * 16];
     Config c;
-    for (int t = 0; t < 8; t++) c.rows[t] = t < 6 && m < 16 ? uint8_t(m) : 16, c.colsb[t] = 64;
+    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;  // m >= TILED: x padded to whole tiles
     asm volatile("" : : "r"(&c) : "memory");
     _tile_loadconfig(&c);
 #pragma omp for schedule(static)
@@ -796,7 +796,7 @@ template <class L> struct Q8Product {
         if (m > ROWS) return Product<L>::run(x, m, k, units, n, y, t);
         if constexpr (L::BLOCK == 256)
             if (m >= TILED) {
-                const int64_t rows = m <= 16 ? m : (m + 15) / 16 * 16;
+                const int64_t rows = (m + 15) / 16 * 16;
                 quantize_rows<L>(x, m, k, rows, t->xq, t->dx, t->xs, t->xi);  // ends with a barrier
                 return q8_tiles<L>(t->xq, t->dx, t->xi, m, rows, k, units, n, y);
             }
