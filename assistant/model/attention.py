@@ -33,6 +33,7 @@ from assistant.model.exactness import FEW
 
 NAME = "assistant"
 KEYS = 256  # a row-exact path's products run over a multiple of this many keys (see few_queries)
+FEWEST_ROWS = 4  # the fewest rows `rows_product` multiplies
 PREFILL = torch.bfloat16 if torch.cpu._is_amx_tile_supported() else torch.float32  # more queries, on CPU
 
 
@@ -133,18 +134,27 @@ def few_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sca
     # Rows query-major ([b, kv_h, q, group, d] as [b, kv_h, q group, d]): a span's queries are a block.
     rows = query.new_empty(batch, kv_heads, queries, group, dim)
     torch.mul(query.view(batch, kv_heads, group, queries, dim).transpose(2, 3), scaling, out=rows)
-    scores = torch.matmul(rows.view(batch, kv_heads, queries * group, dim), key.transpose(-1, -2))
+    scores = rows_product(rows.view(batch, kv_heads, queries * group, dim), key.transpose(-1, -2))
     if first < high:  # query i sees keys up to first + i - 1
         scores.view(batch, kv_heads, queries, group, high)[..., first:].masked_fill_(
             future(queries, high - first, query.device), float("-inf"))
     probabilities = torch.softmax(scores, dim=-1)
     if low == high:
-        out = torch.matmul(probabilities, value)
+        out = rows_product(probabilities, value)
     else:  # a draft crossing a multiple of KEYS: the queries before it, then those after
         split = (low - first + 1) * group
-        out = torch.cat([torch.matmul(probabilities[:, :, :split, :low], value[:, :, :low]),
-                         torch.matmul(probabilities[:, :, split:], value)], dim=2)
+        out = torch.cat([rows_product(probabilities[:, :, :split, :low], value[:, :, :low]),
+                         rows_product(probabilities[:, :, split:], value)], dim=2)
     return out.view(batch, kv_heads, queries, group, dim).transpose(1, 2).reshape(batch, queries, heads, dim)
+
+
+def rows_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (batched), each row of a multiplied as it is among `FEWEST_ROWS` or more: MKL takes fewer rows by
+    another kernel on some CPUs, whose bits differ (1 to 3 rows on the Zen 4 EPYC), so fewer are padded."""
+    short = FEWEST_ROWS - a.shape[-2]
+    if short <= 0:
+        return torch.matmul(a, b)
+    return torch.matmul(torch.cat([a, a.new_zeros(*a.shape[:-2], short, a.shape[-1])], -2), b)[..., :a.shape[-2], :]
 
 
 @functools.lru_cache(maxsize=256)
