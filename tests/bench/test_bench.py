@@ -250,6 +250,7 @@ def own_gguf_cache(tmp_path, monkeypatch):
         (real / name).mkdir(parents=True, exist_ok=True)
         (mine / name).symlink_to(real / name)
     monkeypatch.setenv("ASSISTANT_CACHE", str(mine))
+    settings.cache_clear()  # read above with the real cache
     return mine
 
 
