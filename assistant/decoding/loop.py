@@ -43,12 +43,14 @@ class Step:
     finished: str | None = None  # "eos" or "length" when this step ends generation
 
 
-def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int, tree: tree_attention.Tree | None = None):
-    """One forward of `ids` after the cache's positions; a token tree's rows (`tree`) where `tree_fits`."""
+def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int, tree: tree_attention.Tree | None = None,
+            head: bool = True):
+    """One forward of `ids` after the cache's positions; a token tree's rows (`tree`) where `tree_fits`. Without
+    `head`, our forward (`transformer.fits`) computes no logits: for a prefill, which reads none."""
     with torch.inference_mode():
         fed = torch.tensor([ids], device=model.device)
         if transformer.fits(model):
-            return transformer.forward(model, fed, cache, hidden, logits_to_keep, tree)
+            return transformer.forward(model, fed, cache, hidden, logits_to_keep, tree, head)
         return model(input_ids=fed, cache=cache, use_cache=True, output_hidden_states=hidden,
                      logits_to_keep=logits_to_keep)
 
@@ -83,7 +85,7 @@ def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | Non
         with turn():
             part = ids[done:done + chunk] if chunk else ids[done:]
             rows = chunk if fixed else len(part)
-            out = forward(model, part + part[-1:] * (rows - len(part)), context.cache, bool(layers), 1)
+            out = forward(model, part + part[-1:] * (rows - len(part)), context.cache, bool(layers), 1, head=False)
             context.cache.crop(len(part) - rows)
             context.store_hidden(out.hidden_states or (), done, len(part))
             done += len(part)

@@ -22,7 +22,7 @@ FAMILIES = ("llama", "qwen2")
 
 @dataclass
 class Output:
-    logits: torch.Tensor  # [1, logits_to_keep, vocab]
+    logits: torch.Tensor | None  # [1, logits_to_keep, vocab]; None without the head
     hidden_states: tuple[torch.Tensor, ...] | None  # each layer's input [1, n, width], then the final norm's output
 
 
@@ -33,9 +33,10 @@ def fits(model) -> bool:
 
 
 def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
-            tree: tree_attention.Tree | None = None) -> Output:
+            tree: tree_attention.Tree | None = None, head: bool = True) -> Output:
     """The logits of the last `logits_to_keep` of `ids` [1, n], which follow the positions in `cache`
-    (updated in place), and with `hidden` the hidden states that transformers returns. With `tree`, ids are
+    (updated in place), and with `hidden` the hidden states that transformers returns. Without `head`, no
+    logits: a prefill reads none, and the 1.5B's head costs a 64-token piece of a prefill a few milliseconds. With `tree`, ids are
     a token tree's rows, each at the position of its depth, attended as the chain to it would be; the cache
     is left as it was, for `tree_attention.keep` to add the accepted rows. With `cache` a
     `side_by_side.Sequences`, ids are several sequences' rows, each sequence's after its own cache."""
@@ -61,7 +62,7 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
         gate, up = weights.products(layer.post_attention_layernorm(x), (mlp.gate_proj, mlp.up_proj))
         x = x + mlp.down_proj(mlp.act_fn(gate) * up)
     x = inner.norm(x)
-    return Output(model.lm_head(x[:, -logits_to_keep:]), (*states, x) if hidden else None)
+    return Output(model.lm_head(x[:, -logits_to_keep:]) if head else None, (*states, x) if hidden else None)
 
 
 def positions(ids: torch.Tensor, cache, tree: tree_attention.Tree | None) -> torch.Tensor:

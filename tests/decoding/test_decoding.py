@@ -245,6 +245,19 @@ def test_prefix_reuse_changes_nothing(tiny_model):
             assert key(warm) == key(cold)
 
 
+def test_a_prefill_computes_no_logits(tiny_model, monkeypatch):
+    """Its hidden rows and cache only: the model's head, which a 64-token piece of the 1.5B's prefill would pay for
+    one row, is not run."""
+    rows = []
+    head = tiny_model.lm_head.forward
+    monkeypatch.setattr(tiny_model.lm_head, "forward", lambda x: rows.append(x.shape[-2]) or head(x))
+    prompt = random_prompts(1, seed=3)[0] * 4
+    context = loop.start(tiny_model, prompt, len(prompt) + 8, (1,))
+    assert loop.prefill(tiny_model, prompt[:-1], context, None, chunk=5) == len(prompt) - 1
+    assert rows == []
+    assert loop.step(tiny_model, context, [], True, Sampling(), torch.Generator()) and rows == [1]
+
+
 def test_fixed_shapes_change_nothing(tiny_model, monkeypatch):
     """Where forwards are padded to fixed shapes (on CUDA, and in bfloat16), every forward has one of them,
     drafting still gives plain decoding's tokens, and a reused prefix gives a cold start's steps."""
@@ -253,10 +266,10 @@ def test_fixed_shapes_change_nothing(tiny_model, monkeypatch):
     monkeypatch.setattr(exactness, "PROMPT_ROWS", 16)
     shapes = []
     forward = loop.forward
-    def recorded(model, ids, cache, hidden, logits_to_keep):
-        if exactness.fixed_shapes(model):  # a step keeps every row's logits, a prefill chunk one row's
+    def recorded(model, ids, cache, hidden, logits_to_keep, head=True):
+        if exactness.fixed_shapes(model):  # a step keeps every row's logits, a prefill chunk (logits_to_keep 1) none
             shapes.append((len(ids), cache.get_seq_length() % 16 if logits_to_keep == 1 else 0))
-        return forward(model, ids, cache, hidden, logits_to_keep)
+        return forward(model, ids, cache, hidden, logits_to_keep, head=head)
     monkeypatch.setattr(loop, "forward", recorded)
     prompts = random_prompts(6, seed=5) + [[3, 9] * 20, [7]]
     for prompt in prompts:
