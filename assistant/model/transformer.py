@@ -35,10 +35,10 @@ def fits(model) -> bool:
 def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
             tree: tree_attention.Tree | None = None, head: bool = True) -> Output:
     """The logits of the last `logits_to_keep` of `ids` [1, n], which follow the positions in `cache`
-    (updated in place), and with `hidden` the hidden states that transformers returns. Without `head`, no
-    logits: a prefill reads none, and the 1.5B's head costs a 64-token piece of a prefill a few milliseconds. With `tree`, ids are
-    a token tree's rows, each at the position of its depth, attended as the chain to it would be; the cache
-    is left as it was, for `tree_attention.keep` to add the accepted rows. With `cache` a
+    (updated in place), and with `hidden` the hidden states that transformers returns; without `head`, no
+    logits (a prefill reads none). With `tree`, ids are a token tree's rows, each at the position of its
+    depth, attended as the chain to it would be; the cache is left as it was, for `tree_attention.keep` to
+    add the accepted rows. With `cache` a
     `side_by_side.Sequences`, ids are several sequences' rows, each sequence's after its own cache."""
     inner = model.model
     x = inner.embed_tokens(ids)
