@@ -1,5 +1,6 @@
 """What every command shares: the model options, --engine (checked before the command starts), SIGTERM
-handled like Ctrl-C, and the engine's progress notes on stderr."""
+handled like Ctrl-C, a generation that either signal stops at its next step, and the engine's progress notes
+on stderr."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import argparse
 import logging
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import assistant
 from assistant import DEFAULT_STRATEGY, STRATEGIES, Engine, config
@@ -54,6 +58,24 @@ def interrupt_on_sigterm() -> None:
     def handler(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def cancelling_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """Within, Ctrl-C (SIGINT) or SIGTERM sets `cancel`, so that the generation reading it stops at its next
+    step, rather than raising KeyboardInterrupt on whatever line of the engine runs (a lock it held, or work it
+    had counted, would stay, and closing the assistant would wait for ever); a second one raises it at once.
+    The handlers before are back on leaving."""
+    def handler(signum, frame):
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+    before = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handled in before.items():
+            signal.signal(signum, handled)
 
 
 def show_progress() -> None:

@@ -12,7 +12,8 @@ message) whatever the output. An answer that made no edit (the text as it was, o
 or comments changed: `Result.change`) is said to have made no change, never reported as a plain
 success; the text as it was is not written over the file. Files are written by
 `files.write_atomically` (whole or not at all, owner and mode kept, hard links kept, the PATH~
-backup), after checking that the file did not change on disk meanwhile. A byte-order mark belongs
+backup), after checking that the file did not change on disk meanwhile. Ctrl-C or SIGTERM while an
+answer streams stops it at its next step (a second one at once); nothing is written, and the exit status is 130. A byte-order mark belongs
 to the file's encoding, not its text: the model never sees it, and the file written keeps it.
 """
 
@@ -26,6 +27,7 @@ import math
 import os
 import re
 import sys
+import threading
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,7 @@ from assistant.cli.options import (
     add_engine_option,
     add_model_options,
     assistant_for,
+    cancelling_on_signals,
     interrupt_on_sigterm,
 )
 
@@ -305,24 +308,17 @@ UNFINISHED = {
 }
 
 
-def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
-    stream_to_terminal = console is not None
-    language = language_of(args.language or (None if source.path == "-" else source.path), source.text)
-    events = assistant.rewrite(source.text, instruction, selection=source.selection,
-                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               max_piece_tokens=args.max_piece_tokens, language=language, repairs=args.repairs)
-    region = source.selection or (0, len(source.text))
-    progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
+def streamed(events, source: Source, args, console, progress) -> tuple[Result | None, list[tuple[int, float]]]:
+    """Read the answer's events to their end, streaming its text to `console` (None: not shown): its Result
+    (None where it stopped without one) and every step's (tokens drafted, seconds)."""
     steps, shown, result = [], 0, None  # shown: characters of the answer streamed
-    if stream_to_terminal:
-        console.print(kept(source.text[:region[0]]), end="")
     try:
         for event in events:
             if isinstance(event, Delta):
                 if event.new_tokens:
                     steps.append((event.drafted, event.seconds))
                 progress.update(event, f"{event.totals.tokens_per_second:.1f} tokens/s")
-                if stream_to_terminal:
+                if console is not None:
                     console.print(styled(event.text, event.tokens, shown), end="")
                 shown += len(event.text)
             elif isinstance(event, Repairing) and not args.quiet:
@@ -333,6 +329,24 @@ def rewrite_one(assistant, source: Source, instruction: str, args, console) -> N
     finally:
         events.close()
         progress.close()
+    return result, steps
+
+
+def rewrite_one(assistant, source: Source, instruction: str, args, console) -> None:
+    stream_to_terminal = console is not None
+    language = language_of(args.language or (None if source.path == "-" else source.path), source.text)
+    cancel = threading.Event()
+    events = assistant.rewrite(source.text, instruction, selection=source.selection, cancel=cancel,
+                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                               max_piece_tokens=args.max_piece_tokens, language=language, repairs=args.repairs)
+    region = source.selection or (0, len(source.text))
+    progress = Progress(source.path, region, args.quiet or stream_to_terminal)  # after a refusal could come
+    if stream_to_terminal:
+        console.print(kept(source.text[:region[0]]), end="")
+    with cancelling_on_signals(cancel):
+        result, steps = streamed(events, source, args, console, progress)
+    if cancel.is_set():  # the answer stopped at its next step: nothing is written
+        raise KeyboardInterrupt
     if stream_to_terminal:
         console.print(kept(source.text[region[1]:]), end="")
         if any(repair.kept for repair in result.repairs):  # what streamed was the answer before its repair
