@@ -2,7 +2,7 @@
 `assistant serve` subprocess gives what the local engine gives, and against a small fake OpenAI server
 (other servers' protocol: no extension field) the answer is taken out of its code block and attributed
 by alignment. A server that is down, errors mid-stream, closes early or stalls is a clear error, and
-nothing is written."""
+nothing is written; Ctrl-C hangs up on it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ NEW = DOC.replace("add", "plus")
 NOTE = ("Hi Sam,\n\nThanks for the quick reply. I have attached the reprot you asked for.\n\n"
         "The numbers for March are on page two; the sumary is on page one.\n\nBest,\nAlex\n")
 INSTRUCTION = "Rename the function add to plus."
+INTERRUPTED = "assistant rewrite: interrupted; the file being rewritten was left as it was\n"
 
 
 def command(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -192,6 +194,29 @@ def test_cancelling_hangs_up_on_the_server(fake, other):
                 cancel.set()
     assert isinstance(event, Result) and event.stopped == "cancelled" and not event.finished
     eventually(fake.hung_up.is_set, "the server did not see the client hang up")
+
+
+def test_ctrl_c_while_a_remote_answer_streams_hangs_up_and_writes_nothing(fake, other, tmp_path):
+    """Ctrl-C in `assistant rewrite --engine` while the server streams (and then stalls): the command ends as
+    interrupted (130) without waiting for the server, the server sees the connection close, and the file is
+    as it was."""
+    fake.mode, fake.hung_up = "stall", threading.Event()
+    path = tmp_path / "code.py"
+    path.write_text(DOC)
+    asked = len(fake.bodies)
+    process = subprocess.Popen([sys.executable, "-m", "assistant.cli", "rewrite", str(path), "-i", INSTRUCTION,
+                                "--in-place", "--engine", other], stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "ASSISTANT_API_KEY": ""},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        eventually(lambda: len(fake.bodies) > asked, "the rewrite did not reach the server", 120)
+        process.send_signal(signal.SIGINT)
+        errors = process.communicate(timeout=60)[1]
+    finally:
+        process.kill()
+    assert process.returncode == 130 and errors.endswith(INTERRUPTED) and "Traceback" not in errors, errors
+    eventually(fake.hung_up.is_set, "the server did not see the client hang up")
+    assert path.read_text() == DOC and sorted(p.name for p in tmp_path.iterdir()) == ["code.py"]
 
 
 def test_the_playground_on_a_remote_engine(fake, other):
