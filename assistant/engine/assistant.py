@@ -38,7 +38,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections import deque
+from collections import Counter, deque
 from contextlib import closing, contextmanager
 from functools import partial
 from typing import Callable, Generator, Iterator
@@ -115,21 +115,22 @@ class Closed(RuntimeError):
 class Forwards:
     """The work running on one model, so that closing can refuse more and wait for what is in progress: a
     process that exits while a thread is inside torch aborts ("terminate called without an active exception",
-    SIGABRT), and freeing a tensor is inside torch. Work counts from `running()` until it leaves, and it
-    leaves holding no tensor: the frames an exception carries out are cleared first. Once closed,
+    SIGABRT), and freeing a tensor is inside torch. Work counts, by thread, from `running()` until it leaves,
+    and it leaves holding no tensor: the frames an exception carries out are cleared first. Once closed,
     `running()` raises Closed."""
 
     def __init__(self):
         self.closed = threading.Event()
         self._changed = threading.Condition()
-        self._running = 0
+        self._running: Counter[int] = Counter()  # thread -> work it runs, for threads that run any
 
     @contextmanager
     def running(self) -> Iterator[None]:
+        thread = threading.get_ident()
         with self._changed:
             if self.closed.is_set():
                 raise Closed("the assistant is closed")
-            self._running += 1
+            self._running[thread] += 1
         try:
             yield
         except BaseException as error:
@@ -137,7 +138,9 @@ class Forwards:
             raise
         finally:
             with self._changed:
-                self._running -= 1
+                self._running[thread] -= 1
+                if not self._running[thread]:
+                    del self._running[thread]
                 self._changed.notify_all()
 
     def steps(self, events: Generator[Event, None, None]) -> Iterator[Event]:
@@ -154,11 +157,14 @@ class Forwards:
             yield event
 
     def close(self) -> None:
-        """Refuse more work and wait for the work running to leave: a generation's step, or background work,
-        which stops at its next turn."""
+        """Refuse more work and wait for the work other threads run to leave: a generation's step, or
+        background work, which stops at its next turn. The closing thread runs no forward while it closes, so
+        what it still counts was cut short by a KeyboardInterrupt between counting and leaving (a signal's
+        exception lands on any line of the main thread), and is not waited for: that would be for ever."""
+        closing = threading.get_ident()
         with self._changed:
             self.closed.set()
-            self._changed.wait_for(lambda: self._running == 0)
+            self._changed.wait_for(lambda: set(self._running) <= {closing})
 
 
 class Assistant(Engine):
