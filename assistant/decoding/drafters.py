@@ -3,7 +3,9 @@
 Convention (0-based): the context holds tokens x[0..n-1]; the last one, x[n-1], is the
 token the model produced but has not been fed yet, so model artifacts (hidden states,
 keys) exist for positions 0..n-2. A candidate is a position i < n-1 with x[i] == x[n-1];
-the draft is x[i+1 : i+1+K]. Strategies differ only in which candidate they pick:
+the draft is x[i+1 : i+1+K], through the first EOS in it at most (generation ends there, and a
+rewrite's prompt holds the chat template's next turn after one). Strategies differ only in which
+candidate they pick:
 
 - `NoDraft` (`ar`): never drafts; plain decoding through the same loop.
 - `NgramDraft` (`pld`): the candidate with the longest matching suffix, most recent on ties.
@@ -42,12 +44,14 @@ class Context:
     index: dict[int, list[int]]  # token -> its positions in tokens[:n], oldest first
     hidden: dict[int, torch.Tensor]  # layer -> [capacity, width] buffer of that layer's inputs; rows [:n-1] valid
     cache: object  # the model's KV cache for positions 0..n-2
+    eos: frozenset[int] = frozenset()  # tokens that end the generation: a continuation stops at one
 
     @classmethod
     def start(cls, prompt: list[int], capacity: int, layers: tuple[int, ...], width: int,
-              dtype: torch.dtype, device: torch.device, cache) -> "Context":
+              dtype: torch.dtype, device: torch.device, cache, eos: frozenset[int] = frozenset()) -> "Context":
         context = cls(np.zeros(capacity, dtype=np.int64), 0, {},
-                      {layer: torch.empty(capacity, width, dtype=dtype, device=device) for layer in layers}, cache)
+                      {layer: torch.empty(capacity, width, dtype=dtype, device=device) for layer in layers}, cache,
+                      eos)
         context.append(prompt)
         return context
 
@@ -67,7 +71,10 @@ class Context:
         return np.asarray(self.index[int(self.tokens[self.n - 1])][:-1], dtype=np.int64)
 
     def continuation(self, position: int, k: int) -> list[int]:
-        return self.tokens[position + 1:min(position + 1 + k, self.n)].tolist()
+        """Up to `k` tokens after `position`, through the first EOS among them: the generation ends at an EOS,
+        so what a prompt holds after one (the chat template's next turn) would be verified for nothing."""
+        draft = self.tokens[position + 1:min(position + 1 + k, self.n)].tolist()
+        return draft[:next((i + 1 for i, token in enumerate(draft) if token in self.eos), len(draft))]
 
 
 class Drafter(Protocol):

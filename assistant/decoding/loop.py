@@ -55,10 +55,12 @@ def forward(model, ids: list[int], cache, hidden: bool, logits_to_keep: int, tre
                      logits_to_keep=logits_to_keep)
 
 
-def start(model, prompt: list[int], capacity: int, layers: tuple[int, ...]) -> Context:
-    """A generation's context for up to `capacity` positions: the prompt's tokens, an empty KV cache."""
+def start(model, prompt: list[int], capacity: int, layers: tuple[int, ...],
+          eos: frozenset[int] = frozenset()) -> Context:
+    """A generation's context for up to `capacity` positions: the prompt's tokens, an empty KV cache, and the
+    tokens that end it (no draft copies past one)."""
     return Context.start(prompt, capacity, layers, model.config.get_text_config().hidden_size, model.dtype,
-                         model.device, preallocated_cache(model, capacity))
+                         model.device, preallocated_cache(model, capacity), eos)
 
 
 def prefill(model, ids: list[int], context: Context, prefixes: PrefixCache | None, chunk: int = 0,
@@ -213,7 +215,7 @@ def begin(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     step_rows = exactness.STEP_ROWS[model.device.type] if fixed else min(draft_length.most,
                                                                          exactness.longest_draft(model)) + 1
     prompt_rows = exactness.padded(len(prompt), exactness.PROMPT_ROWS) if fixed else len(prompt)
-    context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers)
+    context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers, eos)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
     prefill(model, prompt[:-1], context, prefixes)
     return Generation(context, drafter, draft_length, step_rows, max_new_tokens, sampling, generator, eos,

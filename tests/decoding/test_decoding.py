@@ -42,6 +42,7 @@ class Checked:
             assert 0 <= origin < context.n - 1
             assert context.tokens[origin] == context.tokens[context.n - 1]
             assert draft == context.tokens[origin + 1:origin + 1 + len(draft)].tolist()
+            assert not context.eos.intersection(draft[:-1])  # nothing after an EOS: generation ends there
         return draft, origin
 
 
@@ -175,6 +176,15 @@ def test_draft_that_runs_off_the_end_of_the_context_is_clipped(tiny_model):
     assert origin == 4 and draft == [5]
     context = Context.start([8, 1, 2, 9, 2, 7, 8, 1, 2], 64, (), 32, torch.float32, torch.device("cpu"), None)
     assert NgramDraft().propose(context, 3) == ([9, 2, 7], 2)
+
+
+def test_a_draft_stops_at_the_first_eos_it_copies():
+    """Generation ends at an EOS, so what a prompt holds after one (a chat template's next turn) is never drafted."""
+    eos = frozenset({9})
+    context = Context.start([1, 2, 3, 9, 4, 5, 1], 64, (), 32, torch.float32, torch.device("cpu"), None, eos)
+    assert NgramDraft().propose(context, 10) == ([2, 3, 9], 0)
+    context = Context.start([1, 9, 4, 1], 64, (), 32, torch.float32, torch.device("cpu"), None, eos)
+    assert NgramDraft().propose(context, 10) == ([9], 0)
 
 
 def find_eos_inside_accepted_draft(model):
