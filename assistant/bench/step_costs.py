@@ -122,7 +122,7 @@ class Engine:
         context = Context.start(ids, self.capacity, self.drafter.layers, self.model.config.get_text_config().hidden_size,
                                 self.model.dtype, self.model.device, self.cache)
         generation = Generation(context, self.drafter, self.draft_length, self.rows or 1, 1, Sampling(),
-                                torch.Generator(), frozenset(), [None] * len(ids))
+                                torch.Generator(), [None] * len(ids))
         seconds = timed(lambda: (next_step(self.model, generation), self.sync()))
         self.cache.crop(-1)
         return seconds

@@ -13,8 +13,9 @@ or comments changed: `Result.change`) is said to have made no change, never repo
 success; the text as it was is not written over the file. Files are written by
 `files.write_atomically` (whole or not at all, owner and mode kept, hard links kept, the PATH~
 backup), after checking that the file did not change on disk meanwhile. Ctrl-C or SIGTERM while an
-answer streams stops it at its next step (a second one at once); nothing is written, and the exit status is 130. A byte-order mark belongs
-to the file's encoding, not its text: the model never sees it, and the file written keeps it.
+answer streams stops it at its next step (a second one at once); nothing is written, and the exit
+status is 130. A byte-order mark belongs to the file's encoding, not its text: the model never sees
+it, and the file written keeps it.
 """
 
 from __future__ import annotations

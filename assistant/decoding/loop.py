@@ -196,7 +196,6 @@ class Generation:
     max_new_tokens: int
     sampling: Sampling
     generator: torch.Generator
-    eos: frozenset[int]
     sources: list[int | None]  # the context position each context position was copied from
     produced: int = 0
 
@@ -218,7 +217,7 @@ def begin(model, prompt: list[int], drafter: Drafter, *, max_new_tokens: int,
     context = start(model, prompt, max(prompt_rows, len(prompt) + max_new_tokens + step_rows), drafter.layers, eos)
     generator = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else 0)
     prefill(model, prompt[:-1], context, prefixes)
-    return Generation(context, drafter, draft_length, step_rows, max_new_tokens, sampling, generator, eos,
+    return Generation(context, drafter, draft_length, step_rows, max_new_tokens, sampling, generator,
                       [None] * len(prompt))
 
 
@@ -270,7 +269,7 @@ def settled(generation: Generation, tokens: list[int], origin: int, drafted: int
     accepted = len(tokens) - 1
     generation.draft_length.update(branch, accepted)
     copied = copied_sources(generation.context, origin, accepted, generation.sources[-1])
-    tokens, copied, finished = trimmed(tokens, copied, generation.eos, generation.left)
+    tokens, copied, finished = trimmed(tokens, copied, generation.context.eos, generation.left)
     generation.sources += copied
     generation.produced += len(tokens)
     return Step(tokens, copied, drafted, accepted, time.perf_counter() - started, finished)
