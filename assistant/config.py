@@ -8,6 +8,8 @@ once, on first use (a test that sets one calls `settings.cache_clear()`).
 
     ASSISTANT_MODEL            the model of every command (default: qwen2.5-coder-1.5b)
     ASSISTANT_WEIGHTS          the weight format (default: auto, measured once per machine)
+    ASSISTANT_ATTENTION        the precision of attention's products: auto (bfloat16 where the CPU has
+                               AVX512-BF16, else float32), float32 or bfloat16
     ASSISTANT_CACHE            converted models, packed weights, kernels, costs (default: ~/.cache/assistant)
     ASSISTANT_PREFIX_CACHE_MB  memory kept for reusing prompt prefixes (default: 512; 0: none)
     ASSISTANT_ENGINE           an OpenAI-compatible server's URL that the doors send their requests to
@@ -33,6 +35,7 @@ DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 class Settings:
     model: str = DEFAULT_MODEL
     weights: str = "auto"
+    attention: str = "auto"
     cache: Path = Path.home() / ".cache" / "assistant"
     prefix_cache_mb: int = 512
     compiler: str | None = None  # None: g++ (or c++) from PATH
@@ -44,6 +47,7 @@ class Settings:
         defaults = cls()
         return cls(model=environ.get("ASSISTANT_MODEL") or defaults.model,
                    weights=environ.get("ASSISTANT_WEIGHTS") or defaults.weights,
+                   attention=environ.get("ASSISTANT_ATTENTION") or defaults.attention,
                    cache=Path(environ.get("ASSISTANT_CACHE") or defaults.cache),
                    prefix_cache_mb=int(environ.get("ASSISTANT_PREFIX_CACHE_MB") or defaults.prefix_cache_mb),
                    compiler=environ.get("CXX") or None, engine=environ.get("ASSISTANT_ENGINE") or None,

@@ -24,7 +24,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 from serving import free_port, server_process  # noqa: E402
 
 from assistant.config import settings  # noqa: E402
-from assistant.kernels import gguf_bf16  # noqa: E402
+from assistant.kernels import attention_avx2, gguf_bf16  # noqa: E402
 from assistant.model import attention, loading  # noqa: E402
 
 TINY_VOCAB = 64
@@ -55,12 +55,12 @@ def tile_groups(kind: GGMLQuantizationType, rows: int, features: int) -> tuple[t
     return gguf_bf16.repack(torch.from_numpy(raw), kind.value), reference
 
 
-def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02):
+def make_tiny_model(seed: int = 1234, initializer_range: float = 0.02, hidden_size: int = 32, heads: int = 4):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    config = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=512,
                          initializer_range=initializer_range, bos_token_id=None, eos_token_id=None,
                          pad_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).to(torch.float32).eval()
@@ -111,6 +111,17 @@ def one_thread():
 def tiny_model():
     """Randomly initialised: near-uniform next-token distributions, cheap forward passes."""
     return make_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def bfloat16_model():
+    """The tiny Llama with heads of 32 values (the kernel's bfloat16 build takes whole chunks of 32) and its
+    attention in bfloat16, on a CPU with AVX512-BF16."""
+    if not attention_avx2.BFLOAT16.usable():
+        pytest.skip(f"no bfloat16 attention kernel here: {attention_avx2.BFLOAT16.failure()}")
+    model = make_tiny_model(hidden_size=128, heads=4)
+    assert attention.use(model, "bfloat16") == "bfloat16"
+    return model
 
 
 @pytest.fixture(scope="session")

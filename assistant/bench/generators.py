@@ -22,6 +22,7 @@ from transformers.generation.streamers import BaseStreamer
 from assistant import DEFAULT_STRATEGY, Delta, Result, config, result_of
 from assistant.bench import canitedit, data, step_costs
 from assistant.bench.plan import (
+    ATTENTION,
     HF_PLD,
     LLAMA_CPP,
     ONE_PASS,
@@ -68,7 +69,7 @@ class Runner:
 
     def __init__(self, assistant, max_new_tokens: int | None, model: str, load=None):
         self.assistant, self.max_new_tokens, self.model = assistant, max_new_tokens, model
-        # (weights, long_drafts=, branches=, side_by_side=) -> another Assistant of the same model, for ar@float32
+        # (weights, long_drafts=, branches=, side_by_side=, attention=) -> another Assistant of the same model, for ar@float32
         self.load = load
         self.others: dict[str, object] = {}
         self.unavailable: dict[str, str] = {}
@@ -127,8 +128,9 @@ class Runner:
         """(assistant, engine strategy, request options) for `strategy`, which may name other weights,
         `ar@float32`, another number of repair passes, `ar@repairs=0`, one pass, `ar@one-pass`, or drafts
         that stop at the tuned ceiling, `pld+h@long-drafts=0` (an assistant loaded without long drafts), a
-        token tree of N candidates' drafts, `pld+h@tree=N` (an assistant loaded with N branches), or N passes
-        over definitions side by side, `pld+h@side-by-side=N`."""
+        token tree of N candidates' drafts, `pld+h@tree=N` (an assistant loaded with N branches), N passes
+        over definitions side by side, `pld+h@side-by-side=N`, or attention in another precision,
+        `pld+h@attention=float32`."""
         strategy, _, other = strategy.partition("@")
         if not other:
             return self.assistant, strategy, {}
@@ -143,7 +145,8 @@ class Runner:
 
     def variant(self, other: str):
         """Another assistant of the model for the variant `other`: other weights, or the same weights without
-        long drafts (`long-drafts=0`), with a token tree (`tree=N`) or with N passes side by side (`side-by-side=N`)."""
+        long drafts (`long-drafts=0`), with a token tree (`tree=N`), with N passes side by side (`side-by-side=N`) or
+        with attention in another precision (`attention=float32`)."""
         weights = self.assistant.loaded.weights
         if other == SHORT_DRAFTS:
             return self.load(weights, long_drafts=False)
@@ -151,6 +154,8 @@ class Runner:
             return self.load(weights, branches=int(tree.group(1)))
         if side := SIDE_BY_SIDE.fullmatch(other):
             return self.load(weights, side_by_side=int(side.group(1)))
+        if precision := ATTENTION.fullmatch(other):
+            return self.load(weights, attention=precision.group(1))
         return self.load(other)
 
     def events(self, strategy: str, record: data.Record, max_new_tokens: int | None):

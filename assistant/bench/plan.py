@@ -9,7 +9,8 @@ another number of repair passes (`pld+h@repairs=0`), or in one pass where it wou
 definition (`pld+h@one-pass`: the single pass the per-definition passes are measured against), or with
 drafts that never grow past the tuned ceiling (`pld+h@long-drafts=0`: what long drafts are measured against),
 or verifying the continuations of N best-ranked candidates together as a token tree (`pld+h@tree=N`, N from 2
-to 8: measured against the default's one chain).
+to 8: measured against the default's one chain), or with attention's products in another precision
+(`pld+h@attention=float32`, exact against `ar@attention=float32`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ONE_PASS = "one-pass"  # a strategy's variant that makes an edit asked of each d
 SHORT_DRAFTS = "long-drafts=0"  # a strategy's variant whose drafts never grow past the tuned ceiling
 TREE = re.compile(r"tree=([2-8])")  # a strategy's variant that verifies N candidates' drafts as one token tree
 SIDE_BY_SIDE = re.compile(r"side-by-side=([1-8])")  # a strategy's variant that decodes N definition passes at once
+ATTENTION = re.compile(r"attention=(float32|bfloat16)")  # a strategy's variant with attention in that precision
 
 
 class BenchError(ValueError):
@@ -85,14 +87,15 @@ def planned_strategies(strategies: list[str]) -> list[str]:
         if strategy not in STRATEGIES and not (at and base in ENGINE_STRATEGIES and
                                                (other in weights.FORMATS or other in (ONE_PASS, SHORT_DRAFTS)
                                                 or REPAIRS.fullmatch(other) or TREE.fullmatch(other)
-                                                or SIDE_BY_SIDE.fullmatch(other))):
+                                                or SIDE_BY_SIDE.fullmatch(other) or ATTENTION.fullmatch(other))):
             raise BenchError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}, or an engine "
                              f"strategy with other weights, such as ar@float32 ({', '.join(weights.FORMATS)}), "
                              f"or with another number of repair passes, such as pld+h@repairs=0, or in one pass "
                              f"where it would edit definition by definition, pld+h@{ONE_PASS}, or with drafts "
                              f"that stop at the tuned ceiling, pld+h@{SHORT_DRAFTS}, or with a token tree of N "
                              f"candidates' drafts (N from 2 to 8), such as pld+h@tree=3, or with N passes over "
-                             f"definitions decoded side by side (N from 1 to 8), such as pld+h@side-by-side=1")
+                             f"definitions decoded side by side (N from 1 to 8), such as pld+h@side-by-side=1, or "
+                             f"with attention in another precision, such as pld+h@attention=float32")
     return list(dict.fromkeys(["ar"] + sorted(strategies, key=lambda s: not s.startswith("ar@"))))
 
 

@@ -265,7 +265,7 @@ def environment(assistant, max_new_tokens: int) -> dict:
             "thread_waiting": config.thread_waiting(),  # OMP_WAIT_POLICY, GOMP_SPINCOUNT as set
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "device": str(loaded.device), "gpu": torch.cuda.get_device_name() if loaded.device.type == "cuda" else None,
-            "weights": loaded.weights, "model": loaded.name, "model_sha256": loaded.sha256,
+            "weights": loaded.weights, "attention": loaded.attention, "model": loaded.name, "model_sha256": loaded.sha256,
             "max_new_tokens": max_new_tokens, "max_draft": assistant.draft_ceiling,
             "longest_draft": assistant.longest_draft,
             "command": " ".join(sys.argv)}

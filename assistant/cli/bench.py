@@ -57,7 +57,7 @@ def run(args) -> int:
     def load(weights: str, **options) -> Assistant:
         # Prefix reuse off: every strategy pays its own prefill, as hf-pld does; it is measured on its own.
         return Assistant(args.model, weights=weights, device=args.device, prefix_cache_mb=0,
-                         draft_ceiling=args.max_draft, **options)
+                         draft_ceiling=args.max_draft, **({"attention": args.attention} | options))
 
     try:
         assistant = load(args.weights)

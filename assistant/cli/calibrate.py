@@ -20,7 +20,8 @@ def register(commands) -> None:
 
 def run(args) -> int:
     try:
-        assistant = Assistant(args.model, strategy="pld", weights=args.weights, device=args.device)
+        assistant = Assistant(args.model, strategy="pld", weights=args.weights, device=args.device,
+                              attention=args.attention)
     except ModelError as error:
         print(f"assistant calibrate: {error}", file=sys.stderr)
         return 2

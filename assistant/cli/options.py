@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import assistant
 from assistant import DEFAULT_STRATEGY, STRATEGIES, Engine, config
+from assistant.kernels.attention_avx2 import PRECISIONS
 from assistant.model import catalog
 
 USAGE = 2  # the exit status of a command refused as given (argparse's)
@@ -26,6 +27,10 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
     parser.add_argument("--weights", default=config.settings().weights, choices=catalog.CHOICES,
                         help="the format of the linear layers: auto (the fastest measured on this machine), "
                              "float32, bfloat16, float16, int8, int4 or gguf (the GGUF's own blocks)")
+    parser.add_argument("--attention", default=config.settings().attention, choices=PRECISIONS,
+                        help="the precision of attention's products on CPU: auto (bfloat16 where the CPU has "
+                             "AVX512-BF16, as a bfloat16 model's attention runs on a GPU; else float32), float32 "
+                             "or bfloat16")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)
@@ -50,7 +55,8 @@ def assistant_for(args: argparse.Namespace) -> Engine:
     """The door's engine: the server at --engine, or the model loaded here (only then is torch imported)."""
     if args.engine:
         return assistant.RemoteAssistant(args.engine, strategy=args.strategy, api_key=config.settings().api_key)
-    return assistant.Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+    return assistant.Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device,
+                               attention=args.attention)
 
 
 def interrupt_on_sigterm() -> None:

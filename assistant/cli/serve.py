@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     def factory():
-        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device)
+        return Assistant(args.model, strategy=args.strategy, weights=args.weights, device=args.device,
+                         attention=args.attention)
 
     print(f"assistant serve: http://{args.host}:{args.port}/v1 (the model loads in the background; GET /health "
           f"answers 200 once it is ready)", file=sys.stderr)

@@ -121,16 +121,17 @@ PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5, 64: 7.5}
 FLAT = {n: 1.0 for n in COST_SIZES}  # where every step is padded to the same rows (`exactness.fixed_shapes`)
 CONTEXT = 256  # tokens before the measured forwards, prefilled in chunks of this many
 CHUNK = 64
-FORWARD = 4  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel,
-# decoder; 4: weights.products, attention.projected)
+FORWARD = 5  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel,
+# decoder; 4: weights.products, attention.projected; 5: the kernel's bfloat16 build)
 
 
 def costs_key(loaded: loading.LoadedModel) -> str:
     """What the curve is measured for: the model, forward, weights (those on a kernel of ours with its
-    source: a changed kernel has another curve), device and threads."""
+    source: a changed kernel has another curve), attention's precision, device and threads."""
     kernel = f"-{weights.KERNELS[loaded.weights].stamp()[:8]}" if loaded.weights in weights.KERNELS else ""
     key = (f"{loaded.name}-{loaded.sha256 or 'local'}"[:48] + f"-f{FORWARD}-{loaded.weights}{kernel}"
-           f"-{loaded.model.config._attn_implementation}-{loaded.device.type}-{torch.get_num_threads()}t")
+           f"-{loaded.model.config._attn_implementation}-{loaded.attention}-{loaded.device.type}"
+           f"-{torch.get_num_threads()}t")
     return key.replace("/", "--")
 
 

@@ -175,16 +175,19 @@ class Assistant(Engine):
     many best-ranked candidates' continuations a greedy step verifies together as a token tree (1: one
     chain, the default until a quiet machine measures the tree faster; `decoding.tree`); `side_by_side` is how many
     passes of an edit made definition by definition are decoded at once, each step of all of them one forward (1:
-    one after the other; `decoding.lockstep`)."""
+    one after the other; `decoding.lockstep`); `attention` is the precision of attention's products (auto,
+    float32 or bfloat16; `model.attention.use`)."""
 
     def __init__(self, model: str | None = None, *, strategy: str = DEFAULT_STRATEGY, weights: str | None = None,
                  device: str = "auto", prefix_cache_mb: int | None = None, draft_ceiling: int | None = None,
-                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True, branches: int = 1, side_by_side: int = 4):
+                 repairs: int = DEFAULT_REPAIRS, long_drafts: bool = True, branches: int = 1, side_by_side: int = 4,
+                 attention: str | None = None):
         settings = config.settings()
         self.strategy = check_strategy(strategy)
         self.repairs = check_repairs(repairs)
         self.model = model or settings.model
-        self.loaded = loading.load(self.model, weights or settings.weights, settings.cache, device)
+        self.loaded = loading.load(self.model, weights or settings.weights, settings.cache, device,
+                                   attention or settings.attention)
         self.tuned = tuning.tuned(self.loaded)
         self.draft_ceiling = self.tuned.draft_tokens if draft_ceiling is None else draft_ceiling
         self.longest_draft = longest_draft(self.loaded.model) if long_drafts else 0

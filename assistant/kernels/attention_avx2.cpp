@@ -12,6 +12,14 @@
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
 //
+// Built with AVX512-BF16 (`Halves`), a head of whole chunks of 32 values runs in bfloat16: the scaled
+// query, the keys, the probabilities and the values rounded to bfloat16 (to nearest even), multiplied
+// in pairs by VDPBF16PS into float32 lanes, twice the products a cycle of float32 FMAs on Zen 4. A row's
+// operations are still its own and fixed: its scores by one chain of pairs per key, summed by one tree;
+// its probabilities rounded where they are computed and summed rounded; its values weighed in pairs of
+// keys (an odd count's last pair weighs its second by a zero probability). The keys are rounded once for
+// all rows, which then score them in blocks whose queries stay in L1.
+//
 // Loads: rows share what they load. SCORED rows take each chunk of 4 keys once, WEIGHED rows each
 // chunk of a value, held in a register (GCC otherwise folds the one load into every FMA as its memory
 // operand and nothing is shared). A step's keys are fetched into L2 AHEAD of the scoring and each
@@ -25,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -53,15 +62,16 @@ inline __m128 lane_sums(const __m256* a) {  // lane t: the sum of a[t]'s lanes, 
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-inline __m256 in_register(__m256 v) {  // v loaded once for several FMAs, not folded into each as an operand
-    asm("" : "+x"(v));
+template <class V>
+inline V in_register(V v) {  // v loaded once for several FMAs, not folded into each as an operand
+    asm("" : "+v"(v));
     return v;
 }
 
 // The scores of R rows (queries at q, D = C * 8 floats apart, already scaled) by 4 keys, into to (rows
 // `width` floats apart): each key's chunks loaded once for the R rows.
 template <int C, int R>
-inline void score(const float* q, const float* const* key, float* to, int64_t width) {
+inline void score_rows(const float* q, const float* const* key, float* to, int64_t width) {
     __m256 acc[R][4];
     auto chunk = [&](int c, auto product) {
         __m256 part[R];
@@ -79,7 +89,7 @@ inline void score(const float* q, const float* const* key, float* to, int64_t wi
 // R rows' weighted sums of the values of keys j0.. added to their results out[i]: row i weighs keys
 // j0..end[i] - 1 (ends ascending) by p + i * width; each value's chunk loaded once for the rows that see it.
 template <int C, int R>
-inline void weigh(const float* p, int64_t width, const float* values, int64_t j0, const int64_t* end, float* const* out) {
+inline void weigh_rows(const float* p, int64_t width, const float* values, int64_t j0, const int64_t* end, float* const* out) {
     constexpr int D = C * 8, W = C < 4 ? C : 4;  // chunks at a time
     for (int c0 = 0; c0 < C; c0 += W) {
         __m256 acc[R][W];
@@ -116,65 +126,250 @@ struct Heads {  // one key head's view of the cache: position j's vector at base
 
 // `count` rows of one key head: row r is query r / group's head r % group, and sees the first
 // first + r / group keys. q [count, C * 8] already scaled; row r's result goes to out + r / group *
-// stride + r % group * C * 8; scores holds count x `width` floats (width >= the most keys, rounded up to 8).
-template <int C>
-void rows(const float* q, int count, int group, Heads kv, int64_t first, float* scores, int64_t width, float* out,
-          int64_t stride) {
-    constexpr int D = C * 8;
-    const int64_t most = first + (count - 1) / group;
-    auto seen = [&](int r) { return first + r / group; };
-    auto from = [&](int64_t j) { return int(std::max<int64_t>(0, (j - first + 1) * group)); };  // rows that see key j
-    auto result = [&](int r) { return out + r / group * stride + r % group * D; };
-    for (int64_t j0 = 0; j0 < most; j0 += 4) {  // every row's scores of 4 keys, read once
-        const float* key[4];
-        for (int t = 0; t < 4; ++t) key[t] = kv.keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
-        for (int t = 0; t < 4; ++t)
-            for (int b = 0; b < D * 4; b += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(kv.keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T1);
-        int r = from(j0);
-        for (; r + SCORED <= count; r += SCORED) score<C, SCORED>(q + r * D, key, scores + r * width + j0, width);
-        for (; r < count; ++r) score<C, 1>(q + r * D, key, scores + r * width + j0, width);
+// stride + r % group * C * 8; scores holds count x `width` floats (width >= the most keys, rounded up
+// to 8).
+struct Rows {
+    int count, group;
+    int64_t first, width, stride;
+    float* scores;
+    float* out;
+    int64_t most() const { return first + (count - 1) / group; }
+    int64_t seen(int r) const { return first + r / group; }
+    int from(int64_t j) const { return int(std::max<int64_t>(0, (j - first + 1) * group)); }  // rows that see key j
+    float* result(int r, int D) const { return out + r / group * stride + r % group * D; }
+};
+
+// A key head's rows in float32, FMAs on AVX2's 8 lanes.
+struct Float32 {
+    const float* q;
+    Float32(const float* query, int, int) : q(query) {}
+
+    static __m256 weight(__m256 p, float* s, int64_t j0) {  // the probabilities of keys j0.. of a row
+        _mm256_storeu_ps(s + j0, p);
+        return p;
     }
+
+    template <int C>  // every row's scores of 4 keys at a time, each key read once
+    void score(const Rows& at, const float* keys) const {
+        constexpr int D = C * 8;
+        const int64_t most = at.most();
+        for (int64_t j0 = 0; j0 < most; j0 += 4) {
+            const float* key[4];
+            for (int t = 0; t < 4; ++t) key[t] = keys + std::min(j0 + t, most - 1) * D;  // past a row's keys: not used
+            for (int t = 0; t < 4; ++t)
+                for (int b = 0; b < D * 4; b += 64)
+                    _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T1);
+            float* to = at.scores + j0;
+            int r = at.from(j0);
+            for (; r + SCORED <= at.count; r += SCORED) score_rows<C, SCORED>(q + r * D, key, to + r * at.width, at.width);
+            for (; r < at.count; ++r) score_rows<C, 1>(q + r * D, key, to + r * at.width, at.width);
+        }
+    }
+
+    template <int C>  // the values of keys j0..j1 - 1 for every row that sees them
+    void weigh(const Rows& at, const float* values, int64_t j0, int64_t j1) const {
+        int r = at.from(j0);
+        auto rows_of = [&]<int R>() {
+            int64_t end[R];
+            float* out[R];
+            for (int i = 0; i < R; ++i) end[i] = std::min(at.seen(r + i), j1), out[i] = at.result(r + i, C * 8);
+            weigh_rows<C, R>(at.scores + r * at.width, at.width, values, j0, end, out);
+            r += R;
+        };
+        while (r + WEIGHED <= at.count) rows_of.template operator()<WEIGHED>();
+        while (r < at.count) rows_of.template operator()<1>();
+    }
+};
+
+#ifdef __AVX512BF16__
+constexpr int ROW_BLOCK = 24;  // rows whose queries stay in L1 while they score every key
+constexpr int SCORED_HALVES = 3;  // rows scored together (4: no faster)
+constexpr int WEIGHED_HALVES = 2;  // rows weighing values together: 16 sums of 16 lanes (3 or 4 rows: slower)
+
+inline __m512i halves(const float* x) {  // 32 floats rounded to bfloat16 (to nearest even)
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
+}
+
+inline __m512 dot(__m512 sum, __m512i a, __m512i b) {  // each lane: sum + a's pair of bfloat16s by b's
+    return _mm512_dpbf16_ps(sum, (__m512bh)a, (__m512bh)b);
+}
+
+// The scores of R rows (q: H = C / 4 chunks of 32 bfloat16s a row) by 4 keys (key: H chunks each) into
+// to (rows `width` floats apart); each lane's sum of 16 by the same tree.
+template <int C, int R>
+inline void score_halves(const __m512i* q, const __m512i* key, float* to, int64_t width) {
+    constexpr int H = C / 4;
+    __m512 acc[R][4];
+    for (int i = 0; i < R; ++i)
+        for (int t = 0; t < 4; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int c = 0; c < H; ++c) {
+        __m512i part[R];
+        for (int i = 0; i < R; ++i) part[i] = _mm512_loadu_si512(q + i * H + c);
+        for (int t = 0; t < 4; ++t) {
+            const __m512i k = in_register(_mm512_load_si512(key + t * H + c));
+            for (int i = 0; i < R; ++i) acc[i][t] = dot(acc[i][t], part[i], k);
+        }
+    }
+    for (int i = 0; i < R; ++i) {
+        __m256 half[4];
+        for (int t = 0; t < 4; ++t)
+            half[t] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][t]), _mm512_extractf32x8_ps(acc[i][t], 1));
+        _mm_storeu_ps(to + i * width, lane_sums(half));
+    }
+}
+
+// R rows' weighted sums of a block's pairs of values added to out[i]: row i weighs pairs 0..end[i] - 1
+// (ends ascending) by its pairs of probabilities p + i * width; pair k's chunk c of 16 dims at
+// pairs[k * C / 2 + c], loaded once for the rows that see it.
+template <int C, int R>
+inline void weigh_halves(const uint32_t* p, int64_t width, const __m512i* pairs, const int64_t* end, float* const* out) {
+    constexpr int S = C / 2, W = S < 8 ? S : 8;  // chunks of 16 floats, at a time
+    for (int c0 = 0; c0 < S; c0 += W) {
+        __m512 acc[R][W];
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < W; ++c) acc[i][c] = _mm512_loadu_ps(out[i] + (c0 + c) * 16);
+        for (int64_t k = 0; k < end[0]; ++k) {  // the pairs every row sees
+            __m512i weight[R];
+            for (int i = 0; i < R; ++i) weight[i] = _mm512_set1_epi32(int(p[i * width + k]));
+            for (int c = 0; c < W; ++c) {
+                const __m512i v = in_register(_mm512_load_si512(pairs + k * S + c0 + c));
+                for (int i = 0; i < R; ++i) acc[i][c] = dot(acc[i][c], weight[i], v);
+            }
+        }
+        for (int i = 1; i < R; ++i)  // the pairs only later rows see
+            for (int64_t k = end[0]; k < end[i]; ++k)
+                for (int c = 0; c < W; ++c)
+                    acc[i][c] = dot(acc[i][c], _mm512_set1_epi32(int(p[i * width + k])), _mm512_load_si512(pairs + k * S + c0 + c));
+        for (int i = 0; i < R; ++i)
+            for (int c = 0; c < W; ++c) _mm512_storeu_ps(out[i] + (c0 + c) * 16, acc[i][c]);
+    }
+}
+
+// A key head's rows with the queries, keys, probabilities and values rounded to bfloat16, VDPBF16PS on
+// AVX512's 16 lanes, each pair of products summed in float32. Keys are rounded 4 at a time and values a
+// block at a time, once for every row; a row's probabilities are rounded where they are computed, in
+// place (bfloat16 j at the row's byte 2j: written after the floats there are read) and summed rounded.
+struct Halves {
+    struct alignas(64) Chunk {
+        __m512i v;
+    };
+    static __m512i* chunks(std::vector<Chunk>& kept, int64_t n) {  // a thread's buffer, kept between calls
+        if (int64_t(kept.size()) < n) kept.resize(n);
+        return &kept[0].v;
+    }
+    __m512i *q, *pairs;  // the queries, a block's values
+    Halves(const float* query, int count, int D) {
+        thread_local std::vector<Chunk> rounded, paired;
+        q = chunks(rounded, int64_t(count) * D / 32);
+        pairs = chunks(paired, BLOCK / 2 * D / 16);
+        for (int64_t c = 0; c < int64_t(count) * D / 32; ++c) q[c] = halves(query + c * 32);
+    }
+
+    static __m256 weight(__m256 p, float* s, int64_t j0) {
+        const __m128i h = (__m128i)_mm256_cvtneps_pbh(p);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(reinterpret_cast<uint16_t*>(s) + j0), h);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+
+    template <int C>  // the keys rounded once; then blocks of rows in L1, each over every key it sees, 4 at a time
+    void score(const Rows& at, const float* keys) {
+        constexpr int D = C * 8, H = C / 4;
+        const int64_t most = at.most();
+        thread_local std::vector<Chunk> rounded;
+        __m512i* k = chunks(rounded, (most + 3) / 4 * 4 * H);
+        for (int64_t j = 0; j < (most + 3) / 4 * 4; ++j) {
+            for (int b = 0; b < D * 4; b += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j + AHEAD, most - 1) * D) + b, _MM_HINT_T1);
+            for (int c = 0; c < H; ++c) k[j * H + c] = halves(keys + std::min(j, most - 1) * D + c * 32);  // past a row's keys: not used
+        }
+        for (int r0 = 0; r0 < at.count; r0 += ROW_BLOCK) {
+            const int r1 = std::min(at.count, r0 + ROW_BLOCK);
+            for (int64_t j0 = 0; j0 < at.seen(r1 - 1); j0 += 4) {
+                float* to = at.scores + j0;
+                int r = std::max(r0, at.from(j0));
+                for (; r + SCORED_HALVES <= r1; r += SCORED_HALVES)
+                    score_halves<C, SCORED_HALVES>(q + r * H, k + j0 * H, to + r * at.width, at.width);
+                for (; r < r1; ++r) score_halves<C, 1>(q + r * H, k + j0 * H, to + r * at.width, at.width);
+            }
+        }
+    }
+
+    template <int C>  // keys j0 (even).. j1 - 1 in pairs, an odd count's last pair ending in its last key again
+    void weigh(const Rows& at, const float* values, int64_t j0, int64_t j1) {
+        constexpr int D = C * 8, S = C / 2;
+        for (int64_t j = j0; j < j1; j += 2) {
+            const float* a = values + j * D;
+            const float* b = values + std::min(j + 1, j1 - 1) * D;  // weighed by a zero
+            for (int c = 0; c < S; ++c) {
+                const __m512i low = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + c * 16)));
+                const __m512i high = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(b + c * 16)));
+                pairs[(j - j0) / 2 * S + c] = _mm512_or_si512(low, _mm512_slli_epi32(high, 16));
+            }
+        }
+        int r = at.from(j0);
+        auto rows_of = [&]<int R>() {
+            int64_t end[R];
+            float* out[R];
+            for (int i = 0; i < R; ++i) end[i] = (std::min(at.seen(r + i), j1) - j0 + 1) / 2, out[i] = at.result(r + i, D);
+            weigh_halves<C, R>(reinterpret_cast<const uint32_t*>(at.scores + r * at.width) + j0 / 2, at.width, pairs,
+                               end, out);
+            r += R;
+        };
+        while (r + WEIGHED_HALVES <= at.count) rows_of.template operator()<WEIGHED_HALVES>();
+        while (r < at.count) rows_of.template operator()<1>();
+    }
+};
+
+template <int C>  // bfloat16 where the CPU has VDPBF16PS and a head is whole chunks of 32
+using Product = std::conditional_t<C % 4 == 0, Halves, Float32>;
+#else
+template <int C>
+using Product = Float32;
+#endif
+
+// Row r's probabilities exp(score - max) over its keys, in place of its scores (zeros past its keys
+// up to a multiple of 8; rounded as `Product` weighs them); returns their sum.
+template <class Product>
+float probabilities(float* s, int64_t n) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    std::vector<float> sums(count);
-    for (int r = 0; r < count; ++r) {
-        const int64_t n = seen(r);
-        float* s = scores + r * width;
-        __m256 top = _mm256_set1_ps(-INFINITY);
-        for (int64_t j0 = 0; j0 < n; j0 += 8) {
-            __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
-            top = _mm256_max_ps(top, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + j0), valid));
-        }
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        __m256 largest = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
-        __m256 sum = _mm256_setzero_ps();
-        for (int64_t j0 = 0; j0 < n; j0 += 8) {
-            __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
-            __m256 p = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j0), largest)), valid);
-            _mm256_storeu_ps(s + j0, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        sums[r] = total(sum);
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(result(r) + c * 8, _mm256_setzero_ps());
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
+        top = _mm256_max_ps(top, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + j0), valid));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    __m256 largest = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j0)), lane));
+        __m256 p = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j0), largest)), valid);
+        sum = _mm256_add_ps(sum, Product::weight(p, s, j0));
+    }
+    return total(sum);
+}
+
+// Every row's attention: scores by 4 keys at a time, probabilities, then the values of BLOCK keys at a
+// time weighed for every row that sees them, and the sums divided last.
+template <int C, class Product>
+void rows(const float* q, Rows at, Heads kv) {
+    constexpr int D = C * 8;
+    const int64_t most = at.most();
+    Product product(q, at.count, D);
+    product.template score<C>(at, kv.keys);
+    std::vector<float> sums(at.count);
+    for (int r = 0; r < at.count; ++r) {
+        sums[r] = probabilities<Product>(at.scores + r * at.width, at.seen(r));
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(at.result(r, D) + c * 8, _mm256_setzero_ps());
     }
     for (int64_t j0 = 0; j0 < most; j0 += BLOCK) {  // the values of BLOCK keys, for every row that sees them
         for (int64_t j = j0 + BLOCK; j < std::min(most, j0 + 2 * BLOCK); ++j)  // the next block's values, into L2
             for (int b = 0; b < D * 4; b += 64) _mm_prefetch(reinterpret_cast<const char*>(kv.values + j * D) + b, _MM_HINT_T1);
-        int r = from(j0);
-        auto rows_of = [&]<int R>() {
-            int64_t end[R];
-            float* out[R];
-            for (int i = 0; i < R; ++i) end[i] = std::min(seen(r + i), j0 + BLOCK), out[i] = result(r + i);
-            weigh<C, R>(scores + r * width, width, kv.values, j0, end, out);
-            r += R;
-        };
-        while (r + WEIGHED <= count) rows_of.template operator()<WEIGHED>();
-        while (r < count) rows_of.template operator()<1>();
+        product.template weigh<C>(at, kv.values, j0, std::min(most, j0 + BLOCK));
     }
-    for (int r = 0; r < count; ++r)
+    for (int r = 0; r < at.count; ++r)
         for (int c = 0; c < C; ++c) {
-            float* o = result(r) + c * 8;
+            float* o = at.result(r, D) + c * 8;
             _mm256_storeu_ps(o, _mm256_div_ps(_mm256_loadu_ps(o), _mm256_set1_ps(sums[r])));
         }
 }
@@ -226,8 +421,9 @@ void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const 
                     for (int d = 0; d < D; ++d) to[d] = from[d] * scaling;
                 }
             const int64_t at = b * batch_stride + h * head_stride;
-            rows<C>(q.get(), int((i1 - i0) * group), group, Heads{keys + at, values + at}, count - queries + 1 + i0,
-                    scores.get(), width, out + ((b * queries + i0) * heads + h * group) * D, heads * D);
+            const Rows task{int((i1 - i0) * group), group, count - queries + 1 + i0, width, heads * D, scores.get(),
+                            out + ((b * queries + i0) * heads + h * group) * D};
+            rows<C, Product<C>>(q.get(), task, Heads{keys + at, values + at});
         }
     }
 }

@@ -1,8 +1,9 @@
 """Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
 
 The kernel is registered with transformers as "assistant". The KV cache is kept in float32
-(`kv_cache.preallocated_cache`) and attention runs in float32 whatever the model's dtype; only the
-few new positions of each step are converted.
+(`kv_cache.preallocated_cache`) whatever the model's dtype; only the few new positions of each step
+are converted. A model's precision (`use`) picks the kernel's build: float32 FMAs, or VDPBF16PS's
+products of bfloat16s summed in float32 where the CPU has AVX512-BF16 (the default there).
 
 Invariant: a query row's result does not depend on how many queries come with it, nor on how many
 keys lie past the ones it sees, so a verified draft sees the numbers plain decoding would. Steps of
@@ -28,7 +29,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from assistant.kernels.attention_avx2 import DIMS, KERNEL
+from assistant.kernels import attention_avx2
+from assistant.kernels.attention_avx2 import DIMS
+from assistant.kernels.build import Kernel
 from assistant.model.exactness import FEW
 
 NAME = "assistant"
@@ -42,8 +45,8 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Causal attention of queries [batch, heads, q, dim] that are the last q positions of one unpadded
     sequence's keys [batch, kv_heads, k, dim], in the keys' dtype; returns [batch, q, heads, dim]."""
     queries, keys = query.shape[2], key.shape[2]
-    if queries <= FEW and kernel_takes(key, value):
-        out = kernel_queries(query.to(key.dtype), key, value, scaling)
+    if queries <= FEW and kernel_takes(key, value, kernel_of(module)):
+        out = kernel_queries(query.to(key.dtype), key, value, scaling, kernel_of(module))
     elif queries <= FEW:
         out = few_queries(query.to(key.dtype), key, value, scaling)
     else:
@@ -56,43 +59,63 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out.to(query.dtype), None
 
 
-def kernel_takes(key: torch.Tensor, value: torch.Tensor) -> bool:
+def use(model, precision: str = "auto") -> str:
+    """Set the precision of `model`'s attention kernel (attention_avx2.PRECISIONS: "auto" is bfloat16 where
+    the CPU has AVX512-BF16); returns the one its rows take: "bfloat16", "float32", or off the CPU (where
+    no kernel runs) the model's dtype."""
+    kernel = attention_avx2.kernel(precision)
+    modules = [layer.self_attn for layer in getattr(getattr(model, "model", None), "layers", ())]
+    for module in modules:
+        module.kernel = kernel
+    if model.device.type != "cpu":
+        return str(model.dtype).removeprefix("torch.")
+    halves = kernel is attention_avx2.BFLOAT16 and all(module.head_dim % 32 == 0 for module in modules)
+    return "bfloat16" if modules and halves and kernel.usable() else "float32"
+
+
+def kernel_of(module) -> Kernel:
+    """The build an attention module's rows take: the one `use` set, else float32."""
+    return getattr(module, "kernel", attention_avx2.FLOAT32)
+
+
+def kernel_takes(key: torch.Tensor, value: torch.Tensor, kernel: Kernel) -> bool:
     """Whether `kernel_queries` takes this cache: float32 on a CPU with the kernel, positions side by side."""
     return (key.device.type == "cpu" and key.dtype == value.dtype == torch.float32 and key.shape[-1] in DIMS
             and key.stride() == value.stride() and key.stride(-1) == 1 and key.stride(-2) == key.shape[-1]
-            and KERNEL.usable())
+            and kernel.usable())
 
 
-def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
+def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+                   kernel: Kernel) -> torch.Tensor:
     """`few_queries` by `attention_avx2.cpp`, each query row over exactly the keys it sees, computed alone."""
     batch, heads, queries, dim = query.shape
     query = query.contiguous()
     out = query.new_empty(batch, queries, heads, dim)
-    if KERNEL.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
+    if kernel.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
                                key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr()):
         raise ValueError(f"attention_avx2.cpp takes heads of {', '.join(map(str, DIMS))} values, not {dim}")
     return out
 
 
 def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-              layer, scaling: float) -> torch.Tensor | None:
+              layer, scaling: float, kernel: Kernel) -> torch.Tensor | None:
     """A decoder layer's attention straight from its projections, by `attention_avx2.cpp`: query
     [1, q, heads x dim], key and value [1, q, kv_heads x dim] as the products leave them, rotated there by
     cos and sin [1, q, dim] as transformers' apply_rotary_pos_emb does, the key and value written into
-    `layer` (a `kv_cache.PreallocatedLayer`); returns [1, q, heads, dim], the bits of rotating, updating
-    the cache and `attention`. None, with nothing done, where the kernel does not take them (more than FEW
+    `layer` (a `kv_cache.PreallocatedLayer`) by the `kernel` build; returns [1, q, heads, dim], the bits of
+    rotating, updating the cache and `attention`. None, with nothing done, where the kernel does not take them (more than FEW
     queries, another device or dtype, a cache without room). Rotating in torch, writing the cache and
     making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
     (`weights.products` has the measurement of both)."""
     queries, dim = query.shape[1], cos.shape[-1]
     if not (query.shape[0] == 1 and queries <= FEW and query.dtype == key.dtype == value.dtype == torch.float32
-            and getattr(layer, "is_initialized", False) and kernel_takes(layer.key_buffer, layer.value_buffer)
+            and getattr(layer, "is_initialized", False) and kernel_takes(layer.key_buffer, layer.value_buffer, kernel)
             and layer.key_buffer.shape[-1] == dim and layer.length + queries <= layer.capacity):
         return None
     heads, kv_heads = query.shape[-1] // dim, key.shape[-1] // dim
     out = query.new_empty(1, queries, heads, dim)
     query, key, value, cos, sin = (t.contiguous() for t in (query, key, value, cos, sin))
-    KERNEL.library().attend_projected(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(),
+    kernel.library().attend_projected(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(),
                                       sin.data_ptr(), heads, queries, dim, layer.key_buffer.data_ptr(),
                                       layer.value_buffer.data_ptr(), kv_heads, layer.length, layer.capacity, scaling,
                                       out.data_ptr())
@@ -106,7 +129,7 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: tor
     (query [1, n, heads x dim], key and value [1, n, kv_heads x dim]) and their rotations cos and sin [1, n, dim]:
     `projected` where the kernel takes them, else rotated, written to the cache and attended here, the same
     bits; returns [1, n, heads, dim] and leaves the n rows' keys and values in the cache."""
-    out = projected(query, key, value, cos, sin, cache.layers[index], module.scaling)
+    out = projected(query, key, value, cos, sin, cache.layers[index], module.scaling, kernel_of(module))
     if out is not None:
         return out
     shape = (1, query.shape[1], -1, module.head_dim)

@@ -51,6 +51,7 @@ from transformers.utils import logging as hf_logging
 
 from assistant import files
 from assistant.errors import ModelError
+from assistant.kernels import attention_avx2
 from assistant.model import attention
 from assistant.model import weights as weights_module
 from assistant.model.catalog import EMBEDDED, EmbeddedModel
@@ -67,6 +68,7 @@ class LoadedModel:
     folder: Path
     weights: str  # the format the linear layers run in (see `weights`)
     cache: Path | None = None  # where what is measured or tuned of it is kept (None: nowhere, see `decoding.draft_length`)
+    attention: str = "float32"  # the precision its attention's products run in (see `attention.use`)
 
     @property
     def device(self) -> torch.device:
@@ -444,14 +446,15 @@ def from_anywhere(spec: str, weights: str, target: torch.device, cache: Path):
     return model, compacted(model, chosen, target, packed_path(where, chosen, cache), name), where, None, name
 
 
-def load(spec: str, weights: str, cache: Path, device: str = "auto") -> LoadedModel:
-    """Load a model with its linear layers in the `weights` format (see `weights`), converting into the
-    folder `cache` what it does not hold yet."""
+def load(spec: str, weights: str, cache: Path, device: str = "auto", attention_precision: str = "auto") -> LoadedModel:
+    """Load a model with its linear layers in the `weights` format (see `weights`) and its attention in
+    `attention_precision` (see `attention.use`), converting into the folder `cache` what it does not hold yet."""
     hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
     target = pick_device(device)
     try:
         weights_module.check(weights, target)
-    except weights_module.WeightsError as error:
+        attention_avx2.kernel(attention_precision)
+    except (weights_module.WeightsError, ValueError) as error:
         raise ModelError(str(error)) from error
     try:
         model, chosen, where, sha, name = from_anywhere(spec, weights, target, cache)
@@ -464,5 +467,6 @@ def load(spec: str, weights: str, cache: Path, device: str = "auto") -> LoadedMo
     mlp_in_place(model)
     if target.type == "cpu" and attention.fits(model.config):
         model.set_attn_implementation(attention.NAME)
+    precision = attention.use(model, attention_precision)
     return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)),
-                       chosen, cache)
+                       chosen, cache, precision)

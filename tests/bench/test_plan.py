@@ -68,7 +68,20 @@ def test_a_token_tree_of_candidates_is_a_row_of_its_own_checked_against_ar():
     assert run.expected("pld+h@tree=3", {"ar": ar}) == "answer"  # plain decoding drafts nothing
 
 
+def test_attention_in_another_precision_is_a_row_of_its_own_checked_against_ar_in_that_precision():
+    planned = plan.plan(parse("--strategies", "pld+h,pld+h@attention=float32,ar@attention=float32")).strategies
+    assert planned == ["ar", "ar@attention=float32", "pld+h", "pld+h@attention=float32"]
+    loads, other = [], argparse.Namespace(measured_costs=lambda: None)
+    runner = generators.Runner(argparse.Namespace(loaded=argparse.Namespace(weights="gguf")), None, "smollm2-135m",
+                               lambda weights, attention="auto": loads.append((weights, attention)) or other)
+    assert runner.with_weights("pld+h@attention=float32") == (other, "pld+h", {})
+    assert loads == [("gguf", "float32")]  # the same weights, float32 attention
+    ar, ar32 = generators.Run("answer", 10, True, 1.0), generators.Run("other answer", 10, True, 1.0)
+    assert run.expected("pld+h@attention=float32", {"ar": ar, "ar@attention=float32": ar32}) == "other answer"
+
+
 @pytest.mark.parametrize("argv, message", [
+    (("--strategies", "pld+h@attention=float16"), "with attention in another precision, such as pld+h@attention=float32"),
     (("--strategies", "pld+h@tree=1"), "or with a token tree of N candidates' drafts (N from 2 to 8)"),
     (("--strategies", "pld+h@tree=9"), "such as pld+h@tree=3"),
     (("--tasks", "poetry"), "unknown task 'poetry'"),

@@ -90,7 +90,7 @@ def test_every_row_of_a_tree_has_the_bits_of_the_chain_to_it(tiny_model, monkeyp
     last token, after it), so that products whose bits depend on the count of rows (MKL's float32 with 1 or
     2 rows) cannot hide a difference in attention."""
     if not kernel:
-        monkeypatch.setattr(attention, "kernel_takes", lambda key, value: False)
+        monkeypatch.setattr(attention, "kernel_takes", lambda key, value, kernel: False)
     prompt = prompts()[2]
     context = loop.start(tiny_model, prompt, 200, ())
     loop.prefill(tiny_model, prompt[:-1], context, None)

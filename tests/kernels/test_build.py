@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 
 from assistant.kernels import build
-from assistant.kernels.attention_avx2 import KERNEL
+from assistant.kernels.attention_avx2 import FLOAT32 as KERNEL
 
 pytestmark = pytest.mark.skipif(not KERNEL.usable(), reason=f"no attention kernel here: {KERNEL.failure()}")
 
 # Loads the attention kernel from the cache (building it there if needed) and runs it on a decode step.
 ATTEND = """
 import torch
+from assistant.kernels.attention_avx2 import FLOAT32
 from assistant.model import attention
 q, k, v = torch.randn(1, 4, 1, 64), torch.randn(1, 4, 8, 64), torch.randn(1, 4, 8, 64)
-assert attention.kernel_queries(q, k, v, 0.125).shape == (1, 1, 4, 64)
+assert attention.kernel_queries(q, k, v, 0.125, FLOAT32).shape == (1, 1, 4, 64)
 """
 
 

@@ -1,14 +1,18 @@
 """The engine's CPU attention (float32 KV cache, float32 attention for steps and drafts, bottom-right
 causal mask) computes what transformers' own attention computes, for every shape of forward pass the
-decode loop makes; a prefill's, in bfloat16 on AMX, within bfloat16's rounding."""
+decode loop makes; a prefill's, in bfloat16 on AMX, within bfloat16's rounding; the kernel's bfloat16
+build within the rounding of what it rounds, each row as exact as the float32 build's."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import TINY_VOCAB, make_tiny_model
 
+from assistant.kernels import attention_avx2
 from assistant.model import attention, exactness
 from assistant.model.kv_cache import preallocated_cache
 
@@ -61,13 +65,18 @@ def test_fits_only_full_attention_without_softcapping():
     assert not attention.fits(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=0))
 
 
-NO_KERNEL = pytest.mark.skipif(not attention.KERNEL.usable(), reason=f"no attention kernel: {attention.KERNEL.failure()}")
 SHAPES = [(12, 2, 128), (14, 2, 64)]  # Qwen2.5-Coder 1.5B and 0.5B
+BUILDS = [pytest.param(build, id=name, marks=pytest.mark.skipif(not build.usable(), reason=f"no {name} kernel here"))
+          for name, build in (("float32", attention_avx2.FLOAT32), ("bfloat16", attention_avx2.BFLOAT16))]
+
+
+def on(build):
+    return functools.partial(attention.kernel_queries, kernel=build.values[0])
 
 
 @pytest.mark.parametrize("path, heads, kv_heads, dim", [
-    *(pytest.param(attention.kernel_queries, *shape, marks=NO_KERNEL) for shape in SHAPES),
-    pytest.param(attention.kernel_queries, 9, 3, 64, marks=NO_KERNEL),  # SmolLM2-135M's: MKL makes its rows unalike
+    *(pytest.param(on(build), *shape, marks=build.marks, id=f"{build.id}-{shape}")
+      for build in BUILDS for shape in [*SHAPES, (9, 3, 64)]),  # SmolLM2-135M's: MKL makes its rows unalike
     *(pytest.param(attention.few_queries, *shape) for shape in SHAPES)])
 @pytest.mark.parametrize("keys", [70, 256, 300, 1500])
 def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads, dim, keys):
@@ -89,14 +98,32 @@ def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads,
             assert torch.equal(rows[:, i], step[:, 0]), (q, i)
 
 
-@NO_KERNEL
-def test_the_kernel_computes_the_products_and_softmax_of_the_fallback():
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_kernel_computes_the_products_and_softmax_of_the_fallback(build):
+    """The float32 build within float32's rounding; the bfloat16 build, where a head is whole chunks of 32,
+    within what rounding the scaled queries, keys, values and probabilities to bfloat16 costs."""
     generator = torch.Generator().manual_seed(3)
+    halves = lambda t: t.to(torch.bfloat16).float()  # noqa: E731
     for heads, kv_heads, dim in SHAPES + [(4, 2, 8), (4, 2, 16), (6, 2, 32)]:  # dims under 4 chunks of 8 too
         key, value = (torch.randn(1, kv_heads, 700, dim, generator=generator) for _ in range(2))
         query = torch.randn(1, heads, 9, dim, generator=generator)
-        assert torch.allclose(attention.kernel_queries(query, key, value, dim ** -0.5),
-                              attention.few_queries(query, key, value, dim ** -0.5), atol=2e-6, rtol=0)
+        got = attention.kernel_queries(query, key, value, dim ** -0.5, build)
+        if build is attention_avx2.BFLOAT16 and dim % 32 == 0:
+            expected = attention.few_queries(halves(query * dim ** -0.5), halves(key), halves(value), 1.0)
+            assert not torch.equal(got, attention.few_queries(query, key, value, dim ** -0.5))
+            assert torch.allclose(got, expected, atol=4e-3, rtol=0)
+        else:
+            assert torch.allclose(got, attention.few_queries(query, key, value, dim ** -0.5), atol=2e-6, rtol=0)
+
+
+def test_a_model_takes_the_precision_it_is_set_to():
+    model = make_tiny_model(seed=5)
+    assert attention.use(model, "float32") == "float32"
+    assert all(layer.self_attn.kernel is attention_avx2.FLOAT32 for layer in model.model.layers)
+    assert attention.use(model, "bfloat16") == "float32"  # heads of 8: not whole chunks of 32
+    assert attention.use(model, "auto") in ("float32", "bfloat16")
+    with pytest.raises(ValueError, match="unknown attention precision"):
+        attention.use(model, "float16")
 
 
 def test_without_room_past_the_keys_the_rows_are_the_same_up_to_rounding():

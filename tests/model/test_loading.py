@@ -12,6 +12,7 @@ from conftest import TINY_VOCAB, make_tiny_model
 from transformers import AutoModelForCausalLM
 
 from assistant.config import settings
+from assistant.kernels import attention_avx2
 from assistant.model import attention, loading, weights
 from assistant.errors import ModelError
 from assistant.model.catalog import EmbeddedModel
@@ -78,6 +79,20 @@ def test_unknown_weights_name_the_choices(cache):
         loading.load(settings().model, "int3", cache)
 
 
+def test_an_unknown_attention_precision_names_the_choices_before_anything_loads(cache):
+    with pytest.raises(ModelError, match="unknown attention precision 'float16': use one of auto, float32, bfloat16"):
+        loading.load(settings().model, "float32", cache, "cpu", "float16")
+    assert not cache.exists()
+
+
+def test_a_model_loads_with_the_attention_precision_asked_for():
+    for precision in ("float32", "bfloat16"):
+        loaded = loading.load(settings().model, "float32", REAL, "cpu", precision)
+        kernel = attention_avx2.kernel(precision)
+        assert all(layer.self_attn.kernel is kernel for layer in loaded.model.model.layers)
+        assert loaded.attention == ("bfloat16" if precision == "bfloat16" and kernel.usable() else "float32")
+
+
 def test_local_model_folder_loads(cache, tmp_path):
     from transformers import AutoTokenizer
 
@@ -142,6 +157,7 @@ def old_path_model(kind: str) -> torch.nn.Module:
     loading.mlp_in_place(model)
     weights.pack(model, kind, gguf=loading.gguf_file("smollm2-135m", REAL))
     model.set_attn_implementation(attention.NAME)
+    attention.use(model)
     return model
 
 

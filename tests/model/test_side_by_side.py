@@ -24,7 +24,7 @@ def test_each_sequences_rows_get_the_bits_of_their_own_forward(tiny_model, monke
     forward together (copies of its last token, after it, cropped after), so that products whose bits depend on
     the count of rows (MKL's float32 with 1 or 2 rows, not our kernels) cannot hide a difference in attention."""
     if not kernel:
-        monkeypatch.setattr(attention, "kernel_takes", lambda key, value: False)
+        monkeypatch.setattr(attention, "kernel_takes", lambda key, value, kernel: False)
     prompts = [[3, 1, 4, 1, 5] * 9, [2, 7] * 30, [9, 8, 7, 6]]
     fed = [[5, 9, 2], [7], [1, 2, 3, 4, 5, 6]]
     together, apart = [prefilled(tiny_model, p) for p in prompts], [prefilled(tiny_model, p) for p in prompts]
