@@ -9,7 +9,7 @@ once, on first use (a test that sets one calls `settings.cache_clear()`).
     ASSISTANT_MODEL            the model of every command (default: qwen2.5-coder-1.5b)
     ASSISTANT_WEIGHTS          the weight format (default: auto, measured once per machine)
     ASSISTANT_ATTENTION        the precision of attention's products: auto (bfloat16 where the CPU has
-                               AVX512-BF16, else float32), float32 or bfloat16
+                               AVX512-BF16, unless the weights are float32; else float32), float32 or bfloat16
     ASSISTANT_CACHE            converted models, packed weights, kernels, costs (default: ~/.cache/assistant)
     ASSISTANT_PREFIX_CACHE_MB  memory kept for reusing prompt prefixes (default: 512; 0: none)
     ASSISTANT_ENGINE           an OpenAI-compatible server's URL that the doors send their requests to

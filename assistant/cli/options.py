@@ -29,8 +29,8 @@ def add_model_options(parser: argparse.ArgumentParser, strategy: bool = True) ->
                              "float32, bfloat16, float16, int8, int4 or gguf (the GGUF's own blocks)")
     parser.add_argument("--attention", default=config.settings().attention, choices=PRECISIONS,
                         help="the precision of attention's products on CPU: auto (bfloat16 where the CPU has "
-                             "AVX512-BF16, as a bfloat16 model's attention runs on a GPU; else float32), float32 "
-                             "or bfloat16")
+                             "AVX512-BF16, as a bfloat16 model's attention runs on a GPU, unless --weights is "
+                             "float32; else float32), float32 or bfloat16")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if strategy:
         parser.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=STRATEGIES)

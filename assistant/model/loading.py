@@ -465,8 +465,12 @@ def load(spec: str, weights: str, cache: Path, device: str = "auto", attention_p
         raise ModelError(f"model {spec!r} has no fast tokenizer; attribution needs its character offsets")
     model.to(target).eval()
     mlp_in_place(model)
+    if target.type == "cpu":
+        weights_module.float32_rows_alike(model)
     if target.type == "cpu" and attention.fits(model.config):
         model.set_attn_implementation(attention.NAME)
-    precision = attention.use(model, attention_precision)
+    # float32 weights are the reference: `auto` leaves their attention in float32 too
+    precision = attention.use(model, "float32" if attention_precision == "auto" and chosen == "float32"
+                              else attention_precision)
     return LoadedModel(model, tokenizer, name, sha, Path(where) if isinstance(where, Path) else Path(str(where)),
                        chosen, cache, precision)

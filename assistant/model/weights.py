@@ -19,14 +19,16 @@ it loads without float32 weights.
 Invariant (exactness): drafts are verified in one forward of many rows and must reproduce one-token
 steps bit for bit, so every format computes a row alike whatever the number of rows: torch's int8
 and int4 kernels and our kernels compute each row alone (up to 64 rows for gguf and gguf-bf16, any
-number for gguf-q8); fbgemm's float16 kernel rounds a row differently for some batch sizes, so
-`Float16Linear` pads a batch to the next size that computes every row as a large batch does (probed
-once when the model is packed); bfloat16 forwards are padded to fixed shapes (`model.exactness`).
+number for gguf-q8); fbgemm's float16 kernel and MKL's float32 one round a row differently for some
+batch sizes, so `Float16Linear`, and on CPU every float32 layer left (`float32_rows_alike`), pad a batch
+to the next size that computes every row as a large batch does (probed once per model); bfloat16
+forwards are padded to fixed shapes (`model.exactness`).
 The measurements that chose these are in docs/kernels.md.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import platform
@@ -54,7 +56,7 @@ from assistant.model.exactness import PADDED_ROWS
 COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
-PROBED_ROWS = 64  # fbgemm batch sizes checked for exactness: more than any verification
+PROBED_ROWS = 64  # batch sizes checked for exactness (fbgemm's, MKL's): more than any verification
 REST, EMBEDDING = "rest.", "embedding."  # a packed file's other tensors (`rest_of`), beside its layers'
 
 log = logging.getLogger("assistant")
@@ -99,12 +101,29 @@ class Float16Linear(nn.Module):
         self.pad = pad  # pad[m]: the batch size to compute m rows in (see the module docstring)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        m = rows.shape[0]
-        if m < len(self.pad) and self.pad[m] != m:
-            rows = torch.cat([rows, rows.new_zeros(self.pad[m] - m, self.in_features)])
-        out = torch.ops.quantized.linear_dynamic_fp16(rows.contiguous(), self.packed)[:m]
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return padded(x, self.pad, lambda rows: torch.ops.quantized.linear_dynamic_fp16(rows, self.packed))
+
+
+def padded(x: torch.Tensor, pad: list[int], product) -> torch.Tensor:
+    """product(x) [..., out] of x [..., in], computed on a batch of pad[m] rows where x has m < len(pad)."""
+    rows = x.reshape(-1, x.shape[-1])
+    m = rows.shape[0]
+    if m < len(pad) and pad[m] != m:
+        rows = torch.cat([rows, rows.new_zeros(pad[m] - m, rows.shape[1])])
+    out = product(rows.contiguous())[:m]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def float32_rows_alike(model: nn.Module) -> None:
+    """Pad the batches of `model`'s float32 linear layers as `Float16Linear` pads fbgemm's: MKL computes 1 to
+    3, 5 to 7 and 9 to 11 rows with other bits than the same rows among 64 (Zen 4 EPYC, 2 threads, every
+    shape of SmolLM2 and a 64 x 64), which a verified draft would not reproduce; the forwards are replaced,
+    the layers and their weights stay as they are."""
+    layers = [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.float32]
+    pads = {width: consistent_sizes(width, mkl_float32) for width in {layer.in_features for layer in layers}}
+    for layer in layers:
+        layer.forward = functools.partial(padded, pad=pads[layer.in_features],
+                                          product=functools.partial(F.linear, weight=layer.weight, bias=layer.bias))
 
 
 class QuantizedLinear(nn.Module):
@@ -307,15 +326,24 @@ def linears(model: nn.Module) -> list[str]:
     return [name for name, module in model.named_modules() if type(module) is nn.Linear]
 
 
-def consistent_sizes(in_features: int) -> list[int]:
-    """pad[m] for m < PROBED_ROWS: the smallest batch of at least m rows whose every row fbgemm
-    computes bitwise as in a batch of PROBED_ROWS rows, with this many threads and inputs."""
+def fbgemm_float16(weight: torch.Tensor):
+    packed = torch.ops.quantized.linear_prepack_fp16(weight, None)
+    return lambda x: torch.ops.quantized.linear_dynamic_fp16(x, packed)
+
+
+def mkl_float32(weight: torch.Tensor):
+    return lambda x: F.linear(x, weight)
+
+
+def consistent_sizes(in_features: int, kernel=fbgemm_float16) -> list[int]:
+    """pad[m] for m < PROBED_ROWS: the smallest batch of at least m rows whose every row `kernel` (of a
+    weight matrix, its product) computes bitwise as in a batch of PROBED_ROWS rows, with this many
+    threads and inputs."""
     generator = torch.Generator().manual_seed(0)
-    packed = torch.ops.quantized.linear_prepack_fp16(torch.randn(64, in_features, generator=generator), None)
+    product = kernel(torch.randn(64, in_features, generator=generator))
     x = torch.randn(PROBED_ROWS, in_features, generator=generator)
-    reference = torch.ops.quantized.linear_dynamic_fp16(x, packed)
-    good = [m for m in range(1, PROBED_ROWS)
-            if torch.equal(torch.ops.quantized.linear_dynamic_fp16(x[:m].contiguous(), packed), reference[:m])]
+    reference = product(x)
+    good = [m for m in range(1, PROBED_ROWS) if torch.equal(product(x[:m].contiguous()), reference[:m])]
     good.append(PROBED_ROWS)
     return [0] + [next(g for g in good if g >= m) for m in range(1, PROBED_ROWS)]
 

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from assistant.config import settings
 from assistant.kernels import attention_avx2
-from assistant.model import attention, loading, weights
+from assistant.model import attention, exactness, loading, weights
 from assistant.errors import ModelError
 from assistant.model.catalog import EmbeddedModel
 
@@ -86,11 +86,23 @@ def test_an_unknown_attention_precision_names_the_choices_before_anything_loads(
 
 
 def test_a_model_loads_with_the_attention_precision_asked_for():
-    for precision in ("float32", "bfloat16"):
+    for precision in ("float32", "bfloat16", "auto"):
         loaded = loading.load(settings().model, "float32", REAL, "cpu", precision)
-        kernel = attention_avx2.kernel(precision)
+        kernel = attention_avx2.kernel("float32" if precision == "auto" else precision)  # float32 weights: float32
         assert all(layer.self_attn.kernel is kernel for layer in loaded.model.model.layers)
         assert loaded.attention == ("bfloat16" if precision == "bfloat16" and kernel.usable() else "float32")
+
+
+def test_float32_layers_compute_a_row_alike_whatever_the_rows_with_it():
+    """MKL computes some small batches' rows with other bits than a large batch's; every float32 layer a load
+    leaves pads its batches to sizes that do not (a verified draft must reproduce one-token steps)."""
+    model = loading.load(settings().model, "float32", REAL, "cpu").model
+    x = torch.randn(exactness.FEW, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        for layer in (model.model.layers[0].self_attn.q_proj, model.model.layers[0].mlp.down_proj, model.lm_head):
+            x = x[:, :layer.in_features] if layer.in_features <= x.shape[1] else torch.randn(exactness.FEW, layer.in_features)
+            full = layer(x)
+            assert all(torch.equal(layer(x[:m]), full[:m]) for m in range(1, exactness.FEW)), layer
 
 
 def test_local_model_folder_loads(cache, tmp_path):
