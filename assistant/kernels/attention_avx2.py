@@ -18,9 +18,10 @@ from assistant.kernels.build import Kernel, cpu_flags, flags
 DIMS = (8, 16, 32, 64, 128, 256)  # the head sizes the source takes
 PRECISIONS = ("auto", "float32", "bfloat16")
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
-_SIGNATURES = {"attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float, _p], ctypes.c_int),
-               "attend_projected": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float, _p],
-                                    ctypes.c_int)}
+_SIGNATURES = {
+    "attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float, _p], ctypes.c_int),
+    "attend_projected": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float, _p],
+                         ctypes.c_int)}
 FLOAT32 = Kernel("attention_avx2.cpp", flags("-mavx2", "-mfma"), {"avx2", "fma"}, _SIGNATURES)
 BFLOAT16 = Kernel("attention_avx2.cpp", flags("-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl",
                                               "-mavx512bf16"),

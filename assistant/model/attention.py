@@ -103,10 +103,10 @@ def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: 
     [1, q, heads x dim], key and value [1, q, kv_heads x dim] as the products leave them, rotated there by
     cos and sin [1, q, dim] as transformers' apply_rotary_pos_emb does, the key and value written into
     `layer` (a `kv_cache.PreallocatedLayer`) by the `kernel` build; returns [1, q, heads, dim], the bits of
-    rotating, updating the cache and `attention`. None, with nothing done, where the kernel does not take them (more than FEW
-    queries, another device or dtype, a cache without room). Rotating in torch, writing the cache and
-    making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B step
-    (`weights.products` has the measurement of both)."""
+    rotating, updating the cache and `attention`. None, with nothing done, where the kernel does not take
+    them (more than FEW queries, another device or dtype, a cache without room). Rotating in torch, writing
+    the cache and making the queries contiguous took about 25 small operators a layer, 1.5 to 2 ms of a 1.5B
+    step (`weights.products` has the measurement of both)."""
     queries, dim = query.shape[1], cos.shape[-1]
     if not (query.shape[0] == 1 and queries <= FEW and query.dtype == key.dtype == value.dtype == torch.float32
             and getattr(layer, "is_initialized", False) and kernel_takes(layer.key_buffer, layer.value_buffer, kernel)

@@ -446,7 +446,8 @@ def from_anywhere(spec: str, weights: str, target: torch.device, cache: Path):
     return model, compacted(model, chosen, target, packed_path(where, chosen, cache), name), where, None, name
 
 
-def load(spec: str, weights: str, cache: Path, device: str = "auto", attention_precision: str = "auto") -> LoadedModel:
+def load(spec: str, weights: str, cache: Path, device: str = "auto",
+         attention_precision: str = "auto") -> LoadedModel:
     """Load a model with its linear layers in the `weights` format (see `weights`) and its attention in
     `attention_precision` (see `attention.use`), converting into the folder `cache` what it does not hold yet."""
     hf_logging.disable_progress_bar()  # one line of ours where loading is slow (`log`), none where it is fast
