@@ -139,6 +139,13 @@ struct Rows {
     float* result(int r, int D) const { return out + r / group * stride + r % group * D; }
 };
 
+// Rows r.. up to end, R at a time and then one at a time: each(row) for R rows, then for 1.
+template <int R, class Each>
+inline void in_groups(int r, int end, Each each) {
+    for (; r + R <= end; r += R) each.template operator()<R>(r);
+    for (; r < end; ++r) each.template operator()<1>(r);
+}
+
 // A key head's rows in float32, FMAs on AVX2's 8 lanes.
 struct Float32 {
     const float* q;
@@ -159,25 +166,20 @@ struct Float32 {
             for (int t = 0; t < 4; ++t)
                 for (int b = 0; b < D * 4; b += 64)
                     _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T1);
-            float* to = at.scores + j0;
-            int r = at.from(j0);
-            for (; r + SCORED <= at.count; r += SCORED) score_rows<C, SCORED>(q + r * D, key, to + r * at.width, at.width);
-            for (; r < at.count; ++r) score_rows<C, 1>(q + r * D, key, to + r * at.width, at.width);
+            in_groups<SCORED>(at.from(j0), at.count, [&]<int R>(int r) {
+                score_rows<C, R>(q + r * D, key, at.scores + r * at.width + j0, at.width);
+            });
         }
     }
 
     template <int C>  // the values of keys j0..j1 - 1 for every row that sees them
     void weigh(const Rows& at, const float* values, int64_t j0, int64_t j1) const {
-        int r = at.from(j0);
-        auto rows_of = [&]<int R>() {
+        in_groups<WEIGHED>(at.from(j0), at.count, [&]<int R>(int r) {
             int64_t end[R];
             float* out[R];
             for (int i = 0; i < R; ++i) end[i] = std::min(at.seen(r + i), j1), out[i] = at.result(r + i, C * 8);
             weigh_rows<C, R>(at.scores + r * at.width, at.width, values, j0, end, out);
-            r += R;
-        };
-        while (r + WEIGHED <= at.count) rows_of.template operator()<WEIGHED>();
-        while (r < at.count) rows_of.template operator()<1>();
+        });
     }
 };
 
@@ -246,8 +248,8 @@ inline void weigh_halves(const uint32_t* p, int64_t width, const __m512i* pairs,
 }
 
 // A key head's rows with the queries, keys, probabilities and values rounded to bfloat16, VDPBF16PS on
-// AVX512's 16 lanes, each pair of products summed in float32. Keys are rounded 4 at a time and values a
-// block at a time, once for every row; a row's probabilities are rounded where they are computed, in
+// AVX512's 16 lanes, each pair of products summed in float32. Keys are rounded once for the task and
+// values a block at a time, once for every row; a row's probabilities are rounded where they are computed, in
 // place (bfloat16 j at the row's byte 2j: written after the floats there are read) and summed rounded.
 struct Halves {
     struct alignas(64) Chunk {
@@ -285,11 +287,9 @@ struct Halves {
         for (int r0 = 0; r0 < at.count; r0 += ROW_BLOCK) {
             const int r1 = std::min(at.count, r0 + ROW_BLOCK);
             for (int64_t j0 = 0; j0 < at.seen(r1 - 1); j0 += 4) {
-                float* to = at.scores + j0;
-                int r = std::max(r0, at.from(j0));
-                for (; r + SCORED_HALVES <= r1; r += SCORED_HALVES)
-                    score_halves<C, SCORED_HALVES>(q + r * H, k + j0 * H, to + r * at.width, at.width);
-                for (; r < r1; ++r) score_halves<C, 1>(q + r * H, k + j0 * H, to + r * at.width, at.width);
+                in_groups<SCORED_HALVES>(std::max(r0, at.from(j0)), r1, [&]<int R>(int r) {
+                    score_halves<C, R>(q + r * H, k + j0 * H, at.scores + r * at.width + j0, at.width);
+                });
             }
         }
     }
@@ -306,17 +306,13 @@ struct Halves {
                 pairs[(j - j0) / 2 * S + c] = _mm512_or_si512(low, _mm512_slli_epi32(high, 16));
             }
         }
-        int r = at.from(j0);
-        auto rows_of = [&]<int R>() {
+        in_groups<WEIGHED_HALVES>(at.from(j0), at.count, [&]<int R>(int r) {
             int64_t end[R];
             float* out[R];
             for (int i = 0; i < R; ++i) end[i] = (std::min(at.seen(r + i), j1) - j0 + 1) / 2, out[i] = at.result(r + i, D);
             weigh_halves<C, R>(reinterpret_cast<const uint32_t*>(at.scores + r * at.width) + j0 / 2, at.width, pairs,
                                end, out);
-            r += R;
-        };
-        while (r + WEIGHED_HALVES <= at.count) rows_of.template operator()<WEIGHED_HALVES>();
-        while (r < at.count) rows_of.template operator()<1>();
+        });
     }
 };
 
