@@ -2,7 +2,8 @@
 
 A GGUF is dequantized to float32 when it is converted, and a float32 model reads 4 to 8 times the
 bytes llama.cpp reads per token. Every linear layer (the output head included) is therefore
-replaced by a compact one; norms, embeddings and attention stay as they are:
+replaced by a compact one; norms and attention stay as they are, and an embedding the GGUF holds in
+blocks is looked up in them (`gguf_blocks.BlockEmbedding`):
 
 - `float16` (fbgemm), `int8` and `int4` (torch's kernels), `bfloat16` (oneDNN);
 - `gguf`, `gguf-bf16` and `gguf-q8`: the GGUF's own blocks, regrouped once when the model is packed,
@@ -488,9 +489,11 @@ def pack_stored(model: nn.Module, weights: str, path: Path, gguf: Path) -> None:
     """`pack` a float32 `model` converted from the GGUF file `gguf`, carrying its blocks over, and store
     at `path` the packed layers with every other tensor of the model (`rest_of`): all that
     `load_packed` needs beside the model's config, so that a later load reads neither float32
-    weights nor the GGUF."""
+    weights nor the GGUF. The model then looks its embedding up in the blocks, as a later load does."""
     to_store = pack(model, weights, gguf=gguf)
-    save(path, safetensors.torch.save(to_store | rest_of(model, gguf_blocks.blocks(gguf)), metadata=layout(weights)))
+    rest = rest_of(model, gguf_blocks.blocks(gguf))
+    save(path, safetensors.torch.save(to_store | rest, metadata=layout(weights)))
+    hold_embedding(model, {k.removeprefix(EMBEDDING): t for k, t in rest.items() if k.startswith(EMBEDDING)})
 
 
 def rest_of(model: nn.Module, found: dict) -> dict[str, torch.Tensor]:
@@ -518,13 +521,27 @@ def load_packed(model: nn.Module, weights: str, path: Path) -> bool:
     layers = {k: t for k, t in stored.items() if not k.startswith((REST, EMBEDDING))}
     if not holds_layers(model, weights, layers) or not assign(model, part(REST)):
         return False
-    if blocks := part(EMBEDDING):
-        shape = model.get_input_embeddings().weight.shape
-        table = gguf_blocks.embedding(blocks, *shape)
-        if table is None or not assign(model, {embedding_name(model): table}):
-            return False
     pack(model, weights, layers)
+    if not hold_embedding(model, part(EMBEDDING)):
+        return False
     return not any(t.is_meta for t in chain(model.parameters(), model.buffers()))
+
+
+def hold_embedding(model: nn.Module, blocks: dict[str, torch.Tensor]) -> bool:
+    """Look `model`'s input embedding up in the GGUF blocks `blocks` (`gguf_blocks.carried_embedding`; none:
+    it stays as it is) instead of a float32 table, after its layers are packed: where a layer still shares
+    the table (an output head left unpacked), the table is the blocks' float32. False where the blocks do
+    not hold the embedding's shape."""
+    if not blocks:
+        return True
+    table = model.get_input_embeddings().weight
+    held = gguf_blocks.embedding(blocks, *table.shape)
+    if held is None:
+        return False
+    if sum(t is table for m in model.modules() for t in (*m._parameters.values(), *m._buffers.values())) > 1:
+        return assign(model, {embedding_name(model): held.table()})
+    model.set_input_embeddings(held)
+    return True
 
 
 def embedding_name(model: nn.Module) -> str:

@@ -83,3 +83,20 @@ def test_a_real_models_layers_are_carried_over_and_give_back_its_weights(caplog)
         layer, original = model.get_submodule(name), reference.get_submodule(name).weight.detach()
         got = layer.product(torch.eye(original.shape[1], dtype=torch.bfloat16)).float().T
         assert (got - original).abs().amax() <= 0.01 * original.abs().amax()
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q8_0, Q.Q6_K])
+def test_an_embedding_held_as_blocks_looks_up_the_float32_rows_bit_for_bit(kind, small_gguf):
+    """An embedding carried as its GGUF blocks gives each token's float32 row, any shape of ids; blocks that do
+    not give the table back exactly, or that do not hold its shape, are not carried."""
+    data = small_gguf[1][f"t.{kind.name}"][1]
+    table = torch.from_numpy(dequantize(data, kind))
+    carried = gguf_blocks.carried_embedding(table, {gguf_blocks.EMBEDDING: (kind, data)})
+    held = gguf_blocks.embedding(carried, 8, 512)
+    ids = torch.tensor([[3, 0, 7], [3, 3, 1]])
+    assert held(ids).dtype == torch.float32 and torch.equal(held(ids), table[ids])
+    changed = table.clone()
+    changed[5, 100] += 1e-3
+    assert gguf_blocks.carried_embedding(changed, {gguf_blocks.EMBEDDING: (kind, data)}) is None
+    assert gguf_blocks.embedding(carried, 8, 256) is None and gguf_blocks.embedding(carried, 9, 512) is None
+    assert gguf_blocks.embedding(carried | {"kind": torch.tensor([Q.F16.value])}, 8, 512) is None

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from assistant.config import settings
 from assistant.kernels import attention_avx2
-from assistant.model import attention, exactness, loading, weights
+from assistant.model import attention, exactness, gguf_blocks, loading, weights
 from assistant.errors import ModelError
 from assistant.model.catalog import EmbeddedModel
 
@@ -185,8 +185,9 @@ def loaded_logging(cache: Path, caplog, converts: bool) -> loading.LoadedModel:
 def test_a_packed_format_keeps_no_float32_weights_and_no_copy_of_the_gguf(cache, caplog):
     """SmolLM2 (one GGUF file, its head tied to the embedding) packed in an empty cache: converted once, then
     read from its packed file alone, which holds all it needs beside config and tokenizer; truncated, that
-    file is converted again, never loaded. Every load gives the logits of the old path bit for bit, and the
-    cache stays within 1.5 times the GGUF, which is read where it is installed."""
+    file is converted again, never loaded. Every load, the converting ones too, looks its embedding up in the
+    GGUF's blocks and gives the logits of the old path bit for bit, and the cache stays within 1.5 times the
+    GGUF, which is read where it is installed."""
     gguf = loading.EMBEDDED["smollm2-135m"].gguf_parts()[0]
     loads = [loaded_logging(cache, caplog, converts=True), loaded_logging(cache, caplog, converts=False)]
     (stored,) = (cache / "packed").iterdir()
@@ -196,6 +197,7 @@ def test_a_packed_format_keeps_no_float32_weights_and_no_copy_of_the_gguf(cache,
     assert not list(loads[0].folder.glob("*.safetensors")) and not list(cache.rglob("*.gguf"))
     sizes = [path.stat().st_size for path in cache.rglob("*") if path.is_file()]
     assert gguf.stat().st_size not in sizes and sum(sizes) <= 1.5 * gguf.stat().st_size
+    assert all(isinstance(loaded.model.get_input_embeddings(), gguf_blocks.BlockEmbedding) for loaded in loads)
     ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
     with torch.inference_mode():
         expected = old_path_model(PACKED)(ids).logits

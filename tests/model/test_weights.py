@@ -15,7 +15,7 @@ from torch import nn
 from assistant.config import settings
 from assistant.decoding.drafters import NgramDraft, NoDraft
 from assistant.decoding.loop import decode
-from assistant.model import loading, weights
+from assistant.model import gguf_blocks, loading, weights
 from assistant.errors import ModelError
 
 CPU = torch.device("cpu")
@@ -183,6 +183,31 @@ def test_a_model_stored_whole_loads_from_its_file_alone_and_never_from_a_damaged
                     safetensors.torch.save(wide, metadata=weights.layout(kind)), path.read_bytes()[:-100]):
         path.write_bytes(damaged)
         assert not weights.load_packed(meta_copy(model), kind, path)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_an_embedding_is_looked_up_in_its_blocks_unless_a_layer_still_shares_its_table(tied):
+    """Given its GGUF blocks, the input embedding is looked up in them; where the output head still shares the
+    float32 table (not packed), both keep that table, made of the blocks. Either way the logits are the same."""
+    model = make_tiny_model()
+    rows = torch.randint(0, 256, (model.config.vocab_size, 34), dtype=torch.uint8)
+    rows[:, :2] = torch.tensor([0x3C00], dtype=torch.int16).view(torch.uint8)  # each block's scale: 1.0
+    blocks = {"rows": rows, "kind": torch.tensor([GGMLQuantizationType.Q8_0.value])}
+    table = model.get_input_embeddings().weight
+    with torch.no_grad():
+        table.copy_(gguf_blocks.embedding(blocks, *table.shape).table())
+    if tied:
+        model.lm_head.weight = table
+    x = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        expected = model(x).logits
+    assert weights.hold_embedding(model, blocks)
+    held = model.get_input_embeddings()
+    assert isinstance(held, gguf_blocks.BlockEmbedding) != tied
+    assert not tied or (model.lm_head.weight is held.weight and torch.equal(held.weight, table))
+    with torch.inference_mode():
+        assert torch.equal(model(x).logits, expected)
+    assert not weights.hold_embedding(make_tiny_model(), blocks | {"rows": rows[:, :17]})
 
 
 def test_a_read_only_cache_still_packs(tmp_path):
