@@ -29,7 +29,8 @@ def fixed_shapes(model: nn.Module) -> bool:
 
 def alike(model: nn.Module) -> bool:
     """Whether every product of `model` computes a row alike whatever the number of rows, a prefill's
-    too: no plain linear layer is left, and its layers say so (`rows_alike`: gguf-q8's kernel without AMX)."""
+    too: no plain linear layer is left, and its layers say so (`rows_alike`: float16's padded batches,
+    gguf-q8's kernel without AMX)."""
     modules = list(model.modules())
     return not any(type(m) is nn.Linear for m in modules) and any(getattr(m, "rows_alike", False) for m in modules)
 

@@ -94,6 +94,8 @@ def check(weights: str, device: torch.device) -> str:
 class Float16Linear(nn.Module):
     """y = x W^T + b with W in fbgemm's packed float16; x, y and the sums in float32."""
 
+    rows_alike = True  # up to PROBED_ROWS rows, each batch is padded to a size fbgemm computes alike (`exactness.alike`)
+
     def __init__(self, linear: nn.Linear, pad: list[int]):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features

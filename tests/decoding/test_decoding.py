@@ -509,14 +509,17 @@ def test_same_seed_same_sample(tiny_model):
         assert a == b
 
 
-@pytest.mark.skipif("gguf-q8" not in weights.available(torch.device("cpu")) or not gguf_vnni.prefill_alike(),
-                    reason="no gguf-q8 kernel here, or its prefill takes the AMX tiles")
-def test_where_rows_are_alike_a_prompt_prefilled_in_pieces_gets_the_bits_of_one_prefilled_at_once():
-    """gguf-q8 computes a row alike whatever the rows, so a prompt is prefilled in forwards of up to
-    exactness.FEW tokens, row-exact attention included: a warm buffer's pieces (`WARM_CHUNK`) and a
-    cold prefill then leave the same cache, and the next token's logits are the same bits."""
+ALIKE = [kind for kind in ("float16", "gguf-q8") if kind in weights.available(torch.device("cpu"))
+         and (kind != "gguf-q8" or gguf_vnni.prefill_alike())]  # with AMX, gguf-q8's prefill takes the tiles
+
+
+@pytest.mark.parametrize("kind", ALIKE)
+def test_where_rows_are_alike_a_prompt_prefilled_in_pieces_gets_the_bits_of_one_prefilled_at_once(kind):
+    """float16 (padded batches) and gguf-q8 compute a row alike whatever the rows, so a prompt is prefilled
+    in forwards of up to exactness.FEW tokens, row-exact attention included: a warm buffer's pieces
+    (`WARM_CHUNK`) and a cold prefill then leave the same cache, and the next token's logits are the same bits."""
     model = make_tiny_model()
-    weights.pack(model, "gguf-q8")
+    weights.pack(model, kind)
     assert exactness.alike(model)
     ids = [(7 * i) % TINY_VOCAB for i in range(150)]  # more than exactness.FEW
 
