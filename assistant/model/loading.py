@@ -26,6 +26,7 @@ killed conversion are removed at the next start. A read-only cache serves what w
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -414,7 +415,18 @@ def from_gguf(gguf: Gguf, weights: str, target: torch.device, cache: Path) -> tu
         with conversion(gguf, sha, cache) as (file, work):  # another process may have converted it meanwhile
             found = from_cache(folder, weights, target, cache) or convert(
                 gguf, file, sha, folder, work, weights, target, cache)
+        give_back_freed_memory()
     return *found, folder, sha
+
+
+def give_back_freed_memory() -> None:
+    """Return to the system the heap a conversion freed, which glibc keeps otherwise: the process that
+    converted the 1.5B stayed at 2.59 GB resident, 1.62 GB after this (a later load: 1.59). Nothing where
+    the C library is not glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _mlp_in_place(mlp, x: torch.Tensor) -> torch.Tensor:
