@@ -37,6 +37,7 @@ import tempfile
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import torch
@@ -370,7 +371,17 @@ def compacted(model: torch.nn.Module, weights: str, target: torch.device, path: 
         return "float32"
     log.info("packing %s's linear layers as %s", name, weights)
     weights_module.pack_cached(model, weights, path)
+    copied_out_of_file(model)
     return weights
+
+
+def copied_out_of_file(model: torch.nn.Module) -> None:
+    """Copy the float tensors a packed model still holds (norms, biases, the embedding) out of the memory map of
+    the folder it was read from, so that the map goes with the layers packed from it: kept whole, its pages read
+    while packing counted resident: the 1.5B in float16 held 9.56 GB resident, 6.13 GB of it the float32 file;
+    4.45 GB so."""
+    weights_module.assign(model, {name: tensor.detach().clone() for name, tensor in
+                                  chain(model.named_parameters(), model.named_buffers()) if tensor.is_floating_point()})
 
 
 def from_cache(folder: Path, weights: str, target: torch.device, cache: Path) -> tuple[torch.nn.Module, str] | None:

@@ -99,8 +99,10 @@ class Float16Linear(nn.Module):
     def __init__(self, linear: nn.Linear, pad: list[int]):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        # the bias copied: fbgemm keeps the tensor it is given, which would keep the map of the file it was read
+        # from (`loading.copied_out_of_file`)
         self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(),
-                                                             None if linear.bias is None else linear.bias.detach())
+                                                             None if linear.bias is None else linear.bias.detach().clone())
         self.pad = pad  # pad[m]: the batch size to compute m rows in (see the module docstring)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,17 @@ def test_a_gguf_in_parts_is_joined_for_the_conversion_only(cache, tmp_path):
     with loading.conversion(loading.Gguf(parts[:1], None, "p", "p"), hashlib.sha256(content[:1000]).hexdigest(),
                             cache) as (file, _):
         assert file == parts[0]  # a single file is read where it is
+
+
+@pytest.mark.skipif("float16" not in weights.available(torch.device("cpu")), reason="no fbgemm float16 here")
+def test_a_model_packed_from_its_float32_folder_keeps_no_map_of_its_file():
+    """float16 packs SmolLM2 read from its float32 folder: once loaded, the process maps nothing of that file
+    (a tensor of it left, a bias fbgemm keeps or the embedding, would keep its pages resident). In a process of
+    its own, so that no other test's model is counted."""
+    script = ("import sys; from pathlib import Path; from assistant.config import settings; "
+              "from assistant.model import loading; "
+              "loaded = loading.load('smollm2-135m', 'float16', settings().cache, 'cpu'); "
+              "print(str(loaded.folder / 'model.safetensors') in Path('/proc/self/maps').read_text())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "False"
