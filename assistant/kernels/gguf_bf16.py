@@ -41,6 +41,7 @@ MULTIPLE = 16  # a layer's outputs must be a multiple of a group's
 GROUP_BYTES = {2: 288, 3: 320, 6: 352, 7: 384, 8: 544, 12: 2368, 14: 3360}  # per 16 outputs' blocks
 NIBBLES = (2, 3, 6, 7, 12, 14)  # the block types whose codes are stored as nibbles
 HIGH = {6: 1, 7: 1, 14: 2}  # and the bits of a code stored beside its nibble (Q5's fifth, Q6_K's fifth and sixth)
+PART = 8192  # outputs `repack` lays out at a time
 LAYOUT = 3  # of `repack`'s groups: packed files of another are rebuilt (1: a row's codes side by side; 2: Q5's and Q6_K's in bytes)
 
 
@@ -88,7 +89,11 @@ def repack(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     j's code for input 2r + p: four rows' nibbles to a word (row 4g + t at bits 4t of word 2j + p of
     the chunk's g-th 64 bytes) or two rows' bytes (row 2g + t at bits 8t). Codes are unsigned (Q6_K's
     q, Q5's with their fifth bit), Q8_0's signed. Q5's and Q6_K's codes are nibbles followed by a word
-    per high bit (`HIGH`), row r's at `high_bits_at` (gguf_bf16.cpp)."""
+    per high bit (`HIGH`), row r's at `high_bits_at` (gguf_bf16.cpp). Groups are laid out alone, so a
+    matrix goes `PART` outputs at a time: the 1.5B's output head (151,936 x 1,536, Q6_K) at once held
+    about 5 GB of intermediate arrays."""
+    if blocks.shape[0] > PART:
+        return torch.cat([repack(blocks[start:start + PART], kind) for start in range(0, blocks.shape[0], PART)])
     out, per = blocks.shape[0], gguf_avx2.KINDS[kind][0]
     raw = blocks.numpy().reshape(out, -1, gguf_avx2.KINDS[kind][1])
     fields, codes = gguf_avx2.block_fields(kind, raw)

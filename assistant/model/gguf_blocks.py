@@ -72,7 +72,7 @@ class BlockEmbedding(nn.Module):
 
     def table(self) -> torch.Tensor:
         """The whole float32 embedding [tokens, features]."""
-        return torch.from_numpy(dequantize(self.rows.numpy(), self.kind))
+        return dequantized(self.rows.numpy(), self.kind)
 
 
 def carried_embedding(weight: torch.Tensor, found: dict) -> dict[str, torch.Tensor] | None:
@@ -88,6 +88,17 @@ def carried_embedding(weight: torch.Tensor, found: dict) -> dict[str, torch.Tens
         return tensors if held is not None and torch.equal(held.table(), weight) else None
     except NotImplementedError:  # a block type gguf does not dequantize
         return None
+
+
+def dequantized(data: np.ndarray, kind: GGMLQuantizationType, part: int = 4096) -> torch.Tensor:
+    """gguf's float32 of `data` [rows, bytes a row] of block type `kind`, [rows, values a row], `part` rows at a
+    time: gguf's dequantization of a whole 151,936-row matrix of the 1.5B at once held 4 GB of intermediates."""
+    block, size = GGML_QUANT_SIZES[kind]
+    out = torch.empty(data.shape[0], data.shape[1] // size * block)
+    for start in range(0, data.shape[0], part):
+        piece = dequantize(np.asarray(data[start:start + part]), kind)
+        out[start:start + part] = torch.from_numpy(np.require(piece, requirements="W"))  # a float type's: the file's
+    return out
 
 
 def embedding(tensors: dict[str, torch.Tensor], rows: int, features: int) -> BlockEmbedding | None:

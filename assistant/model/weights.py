@@ -34,6 +34,7 @@ import json
 import logging
 import platform
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
@@ -354,14 +355,15 @@ def consistent_sizes(in_features: int, kernel=fbgemm_float16) -> list[int]:
 
 
 def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None,
-         gguf: Path | None = None) -> dict[str, torch.Tensor]:
+         gguf: Path | None = None, weight_of: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Replace the linear layers of a float32 `model` by `weights` ones, in place.
 
     int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
     int4 carries over the 4-bit blocks of `gguf` (the file the model was converted from) where it
     has them, and the rest is quantized; returns the tensors to store (none for float16, whose
-    packed form lives in fbgemm). Layers are packed on as many threads as torch uses: the
-    kernels' packing releases the GIL.
+    packed form lives in fbgemm). With `weight_of`, a layer's float32 weight is what it gives for the
+    layer's name, asked while the layer is packed (`gguf_model`: the model holds none). Layers are packed
+    on as many threads as torch uses: the kernels' packing releases the GIL.
     """
     names = [name for name in linears(model) if fits(weights, model.get_submodule(name))]
     widths = {model.get_submodule(name).in_features for name in names}
@@ -375,7 +377,7 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
         if weights == "float16":
             return name, Float16Linear(linear, pads[linear.in_features]), {}
         bias = None if linear.bias is None else linear.bias.detach().float()
-        weight = linear.weight.detach().float()
+        weight = linear.weight.detach().float() if weight_of is None else weight_of(name)
         tensors = stored and {key: stored[f"{name}.{key}"] for key in kind.KEYS}
         if not tensors and blocks and (tensors := kind.carried(name, weight, blocks, model.config)):
             carried.append(name)
@@ -489,12 +491,14 @@ def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
         save(path, safetensors.torch.save(to_store, metadata=layout(weights)))
 
 
-def pack_stored(model: nn.Module, weights: str, path: Path, gguf: Path) -> None:
-    """`pack` a float32 `model` converted from the GGUF file `gguf`, carrying its blocks over, and store
-    at `path` the packed layers with every other tensor of the model (`rest_of`): all that
-    `load_packed` needs beside the model's config, so that a later load reads neither float32
-    weights nor the GGUF. The model then looks its embedding up in the blocks, as a later load does."""
-    to_store = pack(model, weights, gguf=gguf)
+def pack_stored(model: nn.Module, weights: str, path: Path, gguf: Path,
+                weight_of: Callable[[str], torch.Tensor] | None = None) -> None:
+    """`pack` a float32 `model` converted from the GGUF file `gguf` (its layers' weights from `weight_of`
+    where given), carrying its blocks over, and store at `path` the packed layers with every other tensor
+    of the model (`rest_of`): all that `load_packed` needs beside the model's config, so that a later load
+    reads neither float32 weights nor the GGUF. The model then looks its embedding up in the blocks, as a
+    later load does."""
+    to_store = pack(model, weights, gguf=gguf, weight_of=weight_of)
     rest = rest_of(model, gguf_blocks.blocks(gguf))
     save(path, safetensors.torch.save(to_store | rest, metadata=layout(weights)))
     hold_embedding(model, {k.removeprefix(EMBEDDING): t for k, t in rest.items() if k.startswith(EMBEDDING)})

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from assistant.config import settings
 from assistant.kernels import attention_avx2
-from assistant.model import attention, exactness, gguf_blocks, loading, weights
+from assistant.model import attention, exactness, gguf_blocks, gguf_model, loading, weights
 from assistant.errors import ModelError
 from assistant.model.catalog import EmbeddedModel
 
@@ -204,6 +204,19 @@ def test_a_packed_format_keeps_no_float32_weights_and_no_copy_of_the_gguf(cache,
     with torch.inference_mode():
         expected = old_path_model(PACKED)(ids).logits
         assert all(torch.equal(loaded.model(ids).logits, expected) for loaded in loads)
+
+
+def test_a_gguf_the_model_cannot_be_built_from_is_converted_through_transformers(cache, caplog, monkeypatch):
+    """Where `gguf_model` refuses a GGUF, the conversion goes through transformers' float32 model instead, and
+    says so: the same packed model, the old path's logits bit for bit."""
+    def refused(file, config):
+        raise ValueError("not this one")
+    monkeypatch.setattr(gguf_model, "built", refused)
+    loaded = loaded_logging(cache, caplog, converts=True)
+    assert "not this one; converting it through a float32 model" in caplog.text
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        assert torch.equal(loaded.model(ids).logits, old_path_model(PACKED)(ids).logits)
 
 
 def test_a_gguf_in_parts_is_joined_for_the_conversion_only(cache, tmp_path):
