@@ -1,11 +1,12 @@
 """A GGUF's model for a packed format, built one tensor at a time: no float32 copy of the whole.
 
 transformers' GGUF loading dequantizes every tensor into a float32 model first (6.2 GB for
-Qwen2.5-Coder-1.5B, 8.8 GB at the peak of its conversion), where a packed format (`weights.pack_stored`)
+Qwen2.5-Coder-1.5B, 8.8 GB at the peak of its conversion; 5.1 GB so), where a packed format (`weights.pack_stored`)
 keeps little of it: its linear layers carry the GGUF's blocks over, each checked against its own float32
 weight, and the rest is norms, biases and the embedding. So the model is built on the meta device from the
 config transformers reads from the GGUF, its other tensors are filled from the GGUF's, and each linear
-layer's float32 weight is dequantized only while that layer is packed (`weights`).
+layer's float32 weight is dequantized only while that layer is packed, and of a layer carried over only
+the rows its check compares (`weights`).
 
 Invariant: every tensor is the one transformers' loading makes of the GGUF (gguf's dequantization, the
 same names, Llama's query and key rows put back in order, float32), so the packed model is the one the
@@ -56,26 +57,27 @@ def small_tensors(found: dict, config) -> dict[str, str]:
     return names
 
 
-def float32(found: dict, gguf: str, config) -> torch.Tensor:
-    """The GGUF tensor `gguf` of `found` as transformers reads it, [rows, values a row]: dequantized to
-    float32, a Llama's query and key rows put back in order."""
+def float32(found: dict, gguf: str, config, rows: int | None = None) -> torch.Tensor:
+    """The GGUF tensor `gguf` of `found` as transformers reads it, [rows, values a row], or its first `rows`:
+    dequantized to float32, a Llama's query and key rows put back in order."""
     kind, data = found[gguf]
-    tensor = gguf_blocks.dequantized(data, kind).float()
-    if config.model_type == "llama" and (".attn_q." in gguf or ".attn_k." in gguf):
-        heads = config.num_attention_heads if ".attn_q." in gguf else config.num_key_value_heads
-        rows = tensor[0] if tensor.shape[0] == 1 else tensor  # a bias is one row of values
-        tensor = gguf_blocks.unpermute_rows(rows, heads).contiguous()
-    return tensor
+    if not (config.model_type == "llama" and (".attn_q." in gguf or ".attn_k." in gguf)):
+        return gguf_blocks.dequantized(data[:rows], kind)
+    heads = config.num_attention_heads if ".attn_q." in gguf else config.num_key_value_heads
+    tensor = gguf_blocks.dequantized(data, kind)  # a head's rows interleaved: all of them
+    tensor = tensor[0] if tensor.shape[0] == 1 else tensor  # a bias is one row of values
+    return gguf_blocks.unpermute_rows(tensor, heads)[:rows].contiguous()
 
 
-def weights(file: Path, config) -> Callable[[str], torch.Tensor]:
-    """A linear layer's float32 weight [out, in] by its name, dequantized from the GGUF `file` when asked
-    (`float32`); a tied output head's is the embedding's. KeyError where the GGUF does not hold it."""
+def weights(file: Path, config) -> Callable[[str, int | None], torch.Tensor]:
+    """A linear layer's float32 weight [out, in] by its name, or its first rows, dequantized from the GGUF
+    `file` when asked (`float32`); a tied output head's is the embedding's. KeyError where the GGUF does not
+    hold it."""
     found = gguf_blocks.blocks(file)
 
-    def of(name: str) -> torch.Tensor:
+    def of(name: str, rows: int | None = None) -> torch.Tensor:
         tensor = gguf_blocks.gguf_name(name)
         if tensor not in found and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
             tensor = gguf_blocks.EMBEDDING
-        return float32(found, tensor, config)
+        return float32(found, tensor, config, rows)
     return of

@@ -17,7 +17,7 @@ No copy of the GGUF is kept. A single-file GGUF is read where it is installed; o
 is joined into the conversion's temporary folder, for the conversion only: a later load reads the
 packed file, and a format not converted yet pays the join (seconds) beside the conversion (about a
 minute), where a joined copy would cost the GGUF's size on disk for good. A packed format is converted
-without a float32 model where `gguf_model` builds one (Llama and Qwen2: 5.8 GB at the peak for the 1.5B, where
+without a float32 model where `gguf_model` builds one (Llama and Qwen2: 5.1 GB at the peak for the 1.5B, where
 transformers' float32 model took 8.8).
 
 Every cache file is checked before it is trusted (a truncated one is converted again). Conversions

@@ -55,6 +55,7 @@ from assistant.model import gguf_blocks
 from assistant.model.catalog import CHOICES, FORMATS
 from assistant.model.exactness import PADDED_ROWS
 
+Rows = Callable[[int | None], torch.Tensor]  # a layer's float32 weight, its first rows (None: all)
 COMPACT = ("float16", "int8", "int4", "gguf", "gguf-bf16", "gguf-q8")  # formats that replace the linear layers of a float32 model
 FAMILIES = ("llama", "qwen2")  # model types whose compact forward is tested token for token
 INT4_GROUP = 32
@@ -190,15 +191,15 @@ class Int4Linear(QuantizedLinear):
                 "scales": torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
 
     @staticmethod
-    def carried(name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
-        """The stored tensors of a linear layer from a GGUF's own 4-bit blocks (`gguf_blocks`), or None
-        where the GGUF holds it in another form, or where they do not give back `weight`, which was
+    def carried(name: str, shape: tuple[int, int], weight: Rows, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The stored tensors of a linear layer of `shape` from a GGUF's own 4-bit blocks (`gguf_blocks`), or
+        None where the GGUF holds it in another form, or where they do not give back its `weight`, which was
         dequantized from them (so a mapping mistake can only cost the carry-over, never the model)."""
         found = gguf_blocks.layer_blocks(name, blocks, config)
         codes = found and gguf_blocks.int4_codes(found[0], found[1].numpy())
-        if codes is None or codes[0].shape != weight.shape:
+        if codes is None or codes[0].shape != shape:
             return None
-        tensors = Int4Linear.from_codes(*codes)
+        tensors, weight = Int4Linear.from_codes(*codes), weight(None)
         scale, offset = (codes[i].to(torch.bfloat16).float() for i in (1, 2))
         groups = (codes[0] - 8).reshape(*scale.shape, INT4_GROUP) * scale[..., None] + offset[..., None]
         close = (groups.reshape(weight.shape) - weight).abs().amax() <= 0.01 * weight.abs().amax()
@@ -233,15 +234,16 @@ class GgufLinear(nn.Module):
         return {"groups": cls.KERNEL.repack(blocks, kind), "kind": torch.tensor([kind])}
 
     @classmethod
-    def carried(cls, name: str, weight: torch.Tensor, blocks: dict, config) -> dict[str, torch.Tensor] | None:
-        """The GGUF's own blocks of a linear layer, laid out, or None where the kernel does not take
-        their type or they do not give back `weight` (dequantized from them) exactly."""
+    def carried(cls, name: str, shape: tuple[int, int], weight: Rows, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+        """The GGUF's own blocks of a linear layer of `shape`, laid out, or None where the kernel does not take
+        their type or they do not give back its `weight` (dequantized from them) exactly: its first rows are
+        compared."""
         found = gguf_blocks.layer_blocks(name, blocks, config)
         if found is None or found[0].value not in cls.KERNEL.KINDS:
             return None
         kind, rows, first = found[0].value, found[1], cls.KERNEL.MULTIPLE
-        if rows.shape[0] != weight.shape[0] or not torch.equal(cls.KERNEL.dequantize(
-                cls.KERNEL.library(), cls.KERNEL.repack(rows[:first], kind), kind, weight.shape[1]), weight[:first]):
+        if rows.shape[0] != shape[0] or not torch.equal(cls.KERNEL.dequantize(
+                cls.KERNEL.library(), cls.KERNEL.repack(rows[:first], kind), kind, shape[1]), weight(first)):
             return None
         return {"groups": cls.KERNEL.repack(rows, kind), "kind": torch.tensor([kind])}
 
@@ -355,15 +357,16 @@ def consistent_sizes(in_features: int, kernel=fbgemm_float16) -> list[int]:
 
 
 def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None,
-         gguf: Path | None = None, weight_of: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+         gguf: Path | None = None, weight_of: Callable[[str, int | None], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Replace the linear layers of a float32 `model` by `weights` ones, in place.
 
     int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
     int4 carries over the 4-bit blocks of `gguf` (the file the model was converted from) where it
     has them, and the rest is quantized; returns the tensors to store (none for float16, whose
-    packed form lives in fbgemm). With `weight_of`, a layer's float32 weight is what it gives for the
-    layer's name, asked while the layer is packed (`gguf_model`: the model holds none). Layers are packed
-    on as many threads as torch uses: the kernels' packing releases the GIL.
+    packed form lives in fbgemm). With `weight_of`, a layer's float32 weight (or its first rows) is what it
+    gives for the layer's name, asked while the layer is packed (`gguf_model`: the model holds none); a
+    layer carried over reads only the rows its check compares. Layers are packed on as many threads as
+    torch uses: the kernels' packing releases the GIL.
     """
     names = [name for name in linears(model) if fits(weights, model.get_submodule(name))]
     widths = {model.get_submodule(name).in_features for name in names}
@@ -377,11 +380,14 @@ def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None 
         if weights == "float16":
             return name, Float16Linear(linear, pads[linear.in_features]), {}
         bias = None if linear.bias is None else linear.bias.detach().float()
-        weight = linear.weight.detach().float() if weight_of is None else weight_of(name)
+
+        def weight(rows: int | None) -> torch.Tensor:  # its first rows (None: all), read when asked
+            return linear.weight.detach().float()[:rows] if weight_of is None else weight_of(name, rows)
         tensors = stored and {key: stored[f"{name}.{key}"] for key in kind.KEYS}
-        if not tensors and blocks and (tensors := kind.carried(name, weight, blocks, model.config)):
+        shape = (linear.out_features, linear.in_features)
+        if not tensors and blocks and (tensors := kind.carried(name, shape, weight, blocks, model.config)):
             carried.append(name)
-        tensors = tensors or kind.quantize(weight)
+        tensors = tensors or kind.quantize(weight(None))
         return name, kind(tensors, bias, linear.in_features), {f"{name}.{key}": t for key, t in tensors.items()}
 
     to_store: dict[str, torch.Tensor] = {}
@@ -492,7 +498,7 @@ def pack_cached(model: nn.Module, weights: str, path: Path) -> None:
 
 
 def pack_stored(model: nn.Module, weights: str, path: Path, gguf: Path,
-                weight_of: Callable[[str], torch.Tensor] | None = None) -> None:
+                weight_of: Callable[[str, int | None], torch.Tensor] | None = None) -> None:
     """`pack` a float32 `model` converted from the GGUF file `gguf` (its layers' weights from `weight_of`
     where given), carrying its blocks over, and store at `path` the packed layers with every other tensor
     of the model (`rest_of`): all that `load_packed` needs beside the model's config, so that a later load
