@@ -1,12 +1,12 @@
 """A GGUF's model for a packed format, built one tensor at a time: no float32 copy of the whole.
 
 transformers' GGUF loading dequantizes every tensor into a float32 model first (6.2 GB for
-Qwen2.5-Coder-1.5B, 8.8 GB at the peak of its conversion; 5.1 GB so), where a packed format (`weights.pack_stored`)
-keeps little of it: its linear layers carry the GGUF's blocks over, each checked against its own float32
-weight, and the rest is norms, biases and the embedding. So the model is built on the meta device from the
-config transformers reads from the GGUF, its other tensors are filled from the GGUF's, and each linear
-layer's float32 weight is dequantized only while that layer is packed, and of a layer carried over only
-the rows its check compares (`weights`).
+Qwen2.5-Coder-1.5B, 8.8 GB at the peak of its conversion; 5.1 GB so), where a packed format
+(`weights.pack_stored`) keeps little of it: its linear layers carry the GGUF's blocks over, each checked
+against its own float32 weight, and the rest is norms, biases and the embedding. So the model is built on
+the meta device from the config transformers reads from the GGUF, its other tensors are filled from the
+GGUF's, and each linear layer's float32 weight is dequantized only while that layer is packed, and of a
+layer carried over only the rows its check compares (`weights`).
 
 Invariant: every tensor is the one transformers' loading makes of the GGUF (gguf's dequantization, the
 same names, Llama's query and key rows put back in order, float32), so the packed model is the one the

@@ -96,15 +96,15 @@ def check(weights: str, device: torch.device) -> str:
 class Float16Linear(nn.Module):
     """y = x W^T + b with W in fbgemm's packed float16; x, y and the sums in float32."""
 
-    rows_alike = True  # up to PROBED_ROWS rows, each batch is padded to a size fbgemm computes alike (`exactness.alike`)
+    rows_alike = True  # up to PROBED_ROWS rows, batches are padded to sizes fbgemm computes alike (`exactness.alike`)
 
     def __init__(self, linear: nn.Linear, pad: list[int]):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         # the bias copied: fbgemm keeps the tensor it is given, which would keep the map of the file it was read
         # from (`loading.copied_out_of_file`)
-        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(),
-                                                             None if linear.bias is None else linear.bias.detach().clone())
+        bias = None if linear.bias is None else linear.bias.detach().clone()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), bias)
         self.pad = pad  # pad[m]: the batch size to compute m rows in (see the module docstring)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -191,7 +191,8 @@ class Int4Linear(QuantizedLinear):
                 "scales": torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)}
 
     @staticmethod
-    def carried(name: str, shape: tuple[int, int], weight: Rows, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+    def carried(name: str, shape: tuple[int, int], weight: Rows, blocks: dict,
+                config) -> dict[str, torch.Tensor] | None:
         """The stored tensors of a linear layer of `shape` from a GGUF's own 4-bit blocks (`gguf_blocks`), or
         None where the GGUF holds it in another form, or where they do not give back its `weight`, which was
         dequantized from them (so a mapping mistake can only cost the carry-over, never the model)."""
@@ -234,7 +235,8 @@ class GgufLinear(nn.Module):
         return {"groups": cls.KERNEL.repack(blocks, kind), "kind": torch.tensor([kind])}
 
     @classmethod
-    def carried(cls, name: str, shape: tuple[int, int], weight: Rows, blocks: dict, config) -> dict[str, torch.Tensor] | None:
+    def carried(cls, name: str, shape: tuple[int, int], weight: Rows, blocks: dict,
+                config) -> dict[str, torch.Tensor] | None:
         """The GGUF's own blocks of a linear layer of `shape`, laid out, or None where the kernel does not take
         their type or they do not give back its `weight` (dequantized from them) exactly: its first rows are
         compared."""
@@ -357,7 +359,8 @@ def consistent_sizes(in_features: int, kernel=fbgemm_float16) -> list[int]:
 
 
 def pack(model: nn.Module, weights: str, stored: dict[str, torch.Tensor] | None = None,
-         gguf: Path | None = None, weight_of: Callable[[str, int | None], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+         gguf: Path | None = None,
+         weight_of: Callable[[str, int | None], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Replace the linear layers of a float32 `model` by `weights` ones, in place.
 
     int8 and int4 take their tensors from `stored` where given (written by an earlier load), else
