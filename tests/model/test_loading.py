@@ -245,3 +245,19 @@ def test_a_model_packed_from_its_float32_folder_keeps_no_map_of_its_file():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "False"
+
+
+@pytest.mark.skipif("float16" not in weights.available(torch.device("cpu")), reason="no fbgemm float16 here")
+def test_float16_converted_from_a_gguf_looks_its_embedding_up_in_the_gguf_blocks(cache):
+    """A format packed from the float32 folder (float16) keeps the GGUF's embedding blocks from the conversion
+    and looks its embedding up in them: the logits of the float32 table's, bit for bit; without the blocks'
+    file, the table stays."""
+    loaded = loading.load("smollm2-135m", "float16", cache, "cpu")
+    assert isinstance(loaded.model.get_input_embeddings(), gguf_blocks.BlockEmbedding)
+    (kept,) = (cache / "packed").glob("*-embedding.safetensors")
+    kept.unlink()
+    table = loading.load("smollm2-135m", "float16", cache, "cpu")
+    assert not isinstance(table.model.get_input_embeddings(), gguf_blocks.BlockEmbedding)
+    ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 1250, 30, 216]])
+    with torch.inference_mode():
+        assert torch.equal(loaded.model(ids).logits, table.model(ids).logits)
