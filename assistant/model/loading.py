@@ -271,7 +271,9 @@ def float32_folder(gguf: Gguf, cache: Path) -> tuple[Path, str]:
     with conversion(gguf, sha, cache) as (file, work):
         if not intact(folder):  # converted by another process while this one waited for the lock
             log.info("converting %s from GGUF to float32 once", gguf.shown)
-            write_folder(dequantized(file), file, sha, folder, work, float32=True)
+            model = dequantized(file)
+            write_folder(model, file, sha, folder, work, float32=True)
+            keep_embedding_blocks(model, file, embedding_path(folder, cache))
     return folder, sha
 
 
