@@ -68,7 +68,7 @@ class BlockEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         picked = self.rows[ids.reshape(-1).to(self.rows.device)].numpy()
-        return torch.from_numpy(dequantize(picked, self.kind)).view(*ids.shape, self.features).to(ids.device)
+        return dequantized(picked, self.kind).view(*ids.shape, self.features).to(ids.device)
 
     def table(self) -> torch.Tensor:
         """The whole float32 embedding [tokens, features]."""
@@ -116,19 +116,34 @@ def embedding(tensors: dict[str, torch.Tensor], rows: int, features: int) -> Blo
 
 def layer_blocks(name: str, found: dict, config) -> tuple[GGMLQuantizationType, torch.Tensor] | None:
     """(block type, rows [out, bytes per row] uint8 in transformers' row order) of the linear layer
-    `name` among `blocks(...)`, or None where the GGUF does not hold it. A tied output head is the
-    embedding; Llama's query and key rows are put back in order (`unpermute_rows`)."""
-    tensor = gguf_name(name)
-    if tensor not in found and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
-        tensor = "token_embd.weight"
-    if tensor not in found:
+    `name` among `blocks(...)`, or None where the GGUF does not hold it (`held_as`); Llama's query and key
+    rows are put back in order (`unpermute_rows`)."""
+    tensor = held_as(name, found, config)
+    if tensor is None:
         return None
     kind, data = found[tensor]
     rows = torch.from_numpy(np.array(data))
-    if config.model_type == "llama" and name.endswith(("q_proj", "k_proj")):
-        heads = config.num_attention_heads if name.endswith("q_proj") else config.num_key_value_heads
+    if heads := permuted_heads(tensor, config):
         rows = unpermute_rows(rows, heads).contiguous()
     return kind, rows
+
+
+def held_as(name: str, found: dict, config) -> str | None:
+    """The tensor of `found` that holds transformers' linear layer `name` (a tied output head: the embedding);
+    None where none does."""
+    tensor = gguf_name(name)
+    if tensor not in found and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
+        tensor = EMBEDDING
+    return tensor if tensor in found else None
+
+
+def permuted_heads(tensor: str, config) -> int | None:
+    """The heads whose rows llama.cpp's converter interleaved in the GGUF tensor `tensor` (a Llama's query
+    and key, weight or bias: `unpermute_rows` puts them back), or None where it did not."""
+    if config.model_type != "llama":
+        return None
+    return (config.num_attention_heads if ".attn_q." in tensor else
+            config.num_key_value_heads if ".attn_k." in tensor else None)
 
 
 def blocks(path: Path) -> dict[str, tuple[GGMLQuantizationType, np.ndarray]]:

@@ -61,9 +61,9 @@ def float32(found: dict, gguf: str, config, rows: int | None = None) -> torch.Te
     """The GGUF tensor `gguf` of `found` as transformers reads it, [rows, values a row], or its first `rows`:
     dequantized to float32, a Llama's query and key rows put back in order."""
     kind, data = found[gguf]
-    if not (config.model_type == "llama" and (".attn_q." in gguf or ".attn_k." in gguf)):
+    heads = gguf_blocks.permuted_heads(gguf, config)
+    if not heads:
         return gguf_blocks.dequantized(data[:rows], kind)
-    heads = config.num_attention_heads if ".attn_q." in gguf else config.num_key_value_heads
     tensor = gguf_blocks.dequantized(data, kind)  # a head's rows interleaved: all of them
     tensor = tensor[0] if tensor.shape[0] == 1 else tensor  # a bias is one row of values
     return gguf_blocks.unpermute_rows(tensor, heads)[:rows].contiguous()
@@ -71,13 +71,13 @@ def float32(found: dict, gguf: str, config, rows: int | None = None) -> torch.Te
 
 def weights(file: Path, config) -> Callable[[str, int | None], torch.Tensor]:
     """A linear layer's float32 weight [out, in] by its name, or its first rows, dequantized from the GGUF
-    `file` when asked (`float32`); a tied output head's is the embedding's. KeyError where the GGUF does not
+    `file` when asked (`float32`; the tensor `gguf_blocks.held_as` names). KeyError where the GGUF does not
     hold it."""
     found = gguf_blocks.blocks(file)
 
     def of(name: str, rows: int | None = None) -> torch.Tensor:
-        tensor = gguf_blocks.gguf_name(name)
-        if tensor not in found and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
-            tensor = gguf_blocks.EMBEDDING
+        tensor = gguf_blocks.held_as(name, found, config)
+        if tensor is None:
+            raise KeyError(f"the GGUF holds no tensor of {name}")
         return float32(found, tensor, config, rows)
     return of
