@@ -1,5 +1,5 @@
-// Attention of the few queries of a one-token step or a verification over a float32 KV cache, each
-// row computed alone (`attention.py` says why and what it measured).
+// Attention of the few queries of a one-token step or a verification over a KV cache, each row computed
+// alone (`attention.py` says why and what it measured).
 //
 // A query row i of a step of q queries over k cached keys sees the first n = k - q + 1 + i keys. Its
 // scores, softmax and weighted sum of values are a fixed sequence of operations over those n keys
@@ -12,13 +12,14 @@
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
 //
-// Built with AVX512-BF16 (`Halves`), a head of whole chunks of 32 values runs in bfloat16: the scaled
-// query, the keys, the probabilities and the values rounded to bfloat16 (to nearest even), multiplied
-// in pairs by VDPBF16PS into float32 lanes, twice the products a cycle of float32 FMAs on Zen 4. A row's
+// Built with AVX512-BF16 (`Halves`), a head of whole chunks of 32 values runs in bfloat16 over a bfloat16
+// cache: the keys and values rounded to bfloat16 (to nearest even) once, where they are stored, the scaled
+// query and the probabilities where they are computed, multiplied in pairs by VDPBF16PS into float32 lanes,
+// twice the products a cycle of float32 FMAs on Zen 4, from half the bytes a float32 cache holds. A row's
 // operations are still its own and fixed: its scores by one chain of pairs per key, summed by one tree;
-// its probabilities rounded where they are computed and summed rounded; its values weighed in pairs of
-// keys (an odd count's last pair weighs its second by a zero probability). The keys are rounded once for
-// all rows, which then score them in blocks whose queries stay in L1.
+// its probabilities summed rounded; its values weighed in pairs of keys (an odd count's last pair weighs
+// its second by a zero probability). Rows score the keys in blocks whose queries stay in L1. Otherwise
+// (float32 builds, heads of 8 or 16 values) the cache is float32.
 //
 // Loads: rows share what they load. SCORED rows take each chunk of 4 keys once, WEIGHED rows each
 // chunk of a value, held in a register (GCC otherwise folds the one load into every FMA as its memory
@@ -119,9 +120,10 @@ inline float total(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+template <class Stored>
 struct Heads {  // one key head's view of the cache: position j's vector at base + j * C * 8
-    const float* keys;
-    const float* values;
+    const Stored* keys;
+    const Stored* values;
 };
 
 // `count` rows of one key head: row r is query r / group's head r % group, and sees the first
@@ -148,6 +150,7 @@ inline void in_groups(int r, int end, Each each) {
 
 // A key head's rows in float32, FMAs on AVX2's 8 lanes.
 struct Float32 {
+    using Stored = float;
     const float* q;
     Float32(const float* query, int, int) : q(query) {}
 
@@ -192,14 +195,18 @@ inline __m512i halves(const float* x) {  // 32 floats rounded to bfloat16 (to ne
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
 }
 
+inline void put(const float* x, uint16_t* to, int D) {  // D floats stored as bfloat16s, rounded as `halves`
+    for (int c = 0; c < D; c += 32) _mm512_storeu_si512(to + c, halves(x + c));
+}
+
 inline __m512 dot(__m512 sum, __m512i a, __m512i b) {  // each lane: sum + a's pair of bfloat16s by b's
     return _mm512_dpbf16_ps(sum, (__m512bh)a, (__m512bh)b);
 }
 
-// The scores of R rows (q: H = C / 4 chunks of 32 bfloat16s a row) by 4 keys (key: H chunks each) into
+// The scores of R rows (q: H = C / 4 chunks of 32 bfloat16s a row) by 4 keys (key[t]: H chunks each) into
 // to (rows `width` floats apart); each lane's sum of 16 by the same tree.
 template <int C, int R>
-inline void score_halves(const __m512i* q, const __m512i* key, float* to, int64_t width) {
+inline void score_halves(const __m512i* q, const __m512i* const* key, float* to, int64_t width) {
     constexpr int H = C / 4;
     __m512 acc[R][4];
     for (int i = 0; i < R; ++i)
@@ -208,7 +215,7 @@ inline void score_halves(const __m512i* q, const __m512i* key, float* to, int64_
         __m512i part[R];
         for (int i = 0; i < R; ++i) part[i] = _mm512_loadu_si512(q + i * H + c);
         for (int t = 0; t < 4; ++t) {
-            const __m512i k = in_register(_mm512_load_si512(key + t * H + c));
+            const __m512i k = in_register(_mm512_loadu_si512(key[t] + c));
             for (int i = 0; i < R; ++i) acc[i][t] = dot(acc[i][t], part[i], k);
         }
     }
@@ -247,11 +254,12 @@ inline void weigh_halves(const uint32_t* p, int64_t width, const __m512i* pairs,
     }
 }
 
-// A key head's rows with the queries, keys, probabilities and values rounded to bfloat16, VDPBF16PS on
-// AVX512's 16 lanes, each pair of products summed in float32. Keys are rounded once for the task and
-// values a block at a time, once for every row; a row's probabilities are rounded where they are computed, in
-// place (bfloat16 j at the row's byte 2j: written after the floats there are read) and summed rounded.
+// A key head's rows over a bfloat16 cache, the queries and probabilities rounded to bfloat16, VDPBF16PS on
+// AVX512's 16 lanes, each pair of products summed in float32. A block's values are paired once for every
+// row; a row's probabilities are rounded where they are computed, in place (bfloat16 j at the row's byte 2j:
+// written after the floats there are read) and summed rounded.
 struct Halves {
+    using Stored = uint16_t;
     struct alignas(64) Chunk {
         __m512i v;
     };
@@ -273,36 +281,36 @@ struct Halves {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
 
-    template <int C>  // the keys rounded once; then blocks of rows in L1, each over every key it sees, 4 at a time
-    void score(const Rows& at, const float* keys) {
+    template <int C>  // blocks of rows in L1, each over every key it sees, 4 at a time
+    void score(const Rows& at, const uint16_t* keys) const {
         constexpr int D = C * 8, H = C / 4;
         const int64_t most = at.most();
-        thread_local std::vector<Chunk> rounded;
-        __m512i* k = chunks(rounded, (most + 3) / 4 * 4 * H);
-        for (int64_t j = 0; j < (most + 3) / 4 * 4; ++j) {
-            for (int b = 0; b < D * 4; b += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j + AHEAD, most - 1) * D) + b, _MM_HINT_T1);
-            for (int c = 0; c < H; ++c) k[j * H + c] = halves(keys + std::min(j, most - 1) * D + c * 32);  // past a row's keys: not used
-        }
         for (int r0 = 0; r0 < at.count; r0 += ROW_BLOCK) {
             const int r1 = std::min(at.count, r0 + ROW_BLOCK);
             for (int64_t j0 = 0; j0 < at.seen(r1 - 1); j0 += 4) {
+                const __m512i* key[4];
+                for (int t = 0; t < 4; ++t) {  // past a row's keys: not used
+                    key[t] = reinterpret_cast<const __m512i*>(keys + std::min(j0 + t, most - 1) * D);
+                    if (r0 == 0)  // a step's keys come from memory
+                        for (int b = 0; b < D * 2; b += 64)
+                            _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j0 + AHEAD + t, most - 1) * D) + b, _MM_HINT_T1);
+                }
                 in_groups<SCORED_HALVES>(std::max(r0, at.from(j0)), r1, [&]<int R>(int r) {
-                    score_halves<C, R>(q + r * H, k + j0 * H, at.scores + r * at.width + j0, at.width);
+                    score_halves<C, R>(q + r * H, key, at.scores + r * at.width + j0, at.width);
                 });
             }
         }
     }
 
     template <int C>  // keys j0 (even).. j1 - 1 in pairs, an odd count's last pair ending in its last key again
-    void weigh(const Rows& at, const float* values, int64_t j0, int64_t j1) {
+    void weigh(const Rows& at, const uint16_t* values, int64_t j0, int64_t j1) {
         constexpr int D = C * 8, S = C / 2;
         for (int64_t j = j0; j < j1; j += 2) {
-            const float* a = values + j * D;
-            const float* b = values + std::min(j + 1, j1 - 1) * D;  // weighed by a zero
+            const uint16_t* a = values + j * D;
+            const uint16_t* b = values + std::min(j + 1, j1 - 1) * D;  // weighed by a zero
             for (int c = 0; c < S; ++c) {
-                const __m512i low = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + c * 16)));
-                const __m512i high = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(b + c * 16)));
+                const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + c * 16)));
+                const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c * 16)));
                 pairs[(j - j0) / 2 * S + c] = _mm512_or_si512(low, _mm512_slli_epi32(high, 16));
             }
         }
@@ -322,6 +330,8 @@ using Product = std::conditional_t<C % 4 == 0, Halves, Float32>;
 template <int C>
 using Product = Float32;
 #endif
+
+inline void put(const float* x, float* to, int D) { std::copy(x, x + D, to); }
 
 // Row r's probabilities exp(score - max) over its keys, in place of its scores (zeros past its keys
 // up to a multiple of 8; rounded as `Product` weighs them); returns their sum.
@@ -348,7 +358,7 @@ float probabilities(float* s, int64_t n) {
 // Every row's attention: scores by 4 keys at a time, probabilities, then the values of BLOCK keys at a
 // time weighed for every row that sees them, and the sums divided last.
 template <int C, class Product>
-void rows(const float* q, Rows at, Heads kv) {
+void rows(const float* q, Rows at, Heads<typename Product::Stored> kv) {
     constexpr int D = C * 8;
     const int64_t most = at.most();
     Product product(q, at.count, D);
@@ -388,9 +398,12 @@ inline void rotated(const float* x, const float* cos, const float* sin, float* t
 }
 
 template <int C>
-void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const float* keys, const float* values,
-            int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride, float scaling, float* out) {
+void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const void* cached_keys,
+            const void* cached_values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
+            float scaling, float* out) {
     constexpr int D = C * 8;
+    using Stored = typename Product<C>::Stored;
+    const auto keys = static_cast<const Stored*>(cached_keys), values = static_cast<const Stored*>(cached_values);
     const int group = int(heads / kv_heads);
     // A task is one key head's rows of a run of queries: its keys read once for them all. Runs enough
     // for every thread (how rows are shared out changes no row's bits).
@@ -419,21 +432,26 @@ void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const 
             const int64_t at = b * batch_stride + h * head_stride;
             const Rows task{int((i1 - i0) * group), group, count - queries + 1 + i0, width, heads * D, scores.get(),
                             out + ((b * queries + i0) * heads + h * group) * D};
-            rows<C, Product<C>>(q.get(), task, Heads{keys + at, values + at});
+            rows<C, Product<C>>(q.get(), task, Heads<Stored>{keys + at, values + at});
         }
     }
 }
 
 // A decoder layer's new keys and values [queries, kv_heads, dim], the keys rotated, into the cache's
-// positions start.. ([kv_heads, >= start + queries, dim], heads head_stride floats apart).
+// positions start.. ([kv_heads, >= start + queries, dim], heads head_stride values apart), in the cache's
+// type (`Product`'s).
 template <int D>
 void store(const float* key, const float* value, const float* cos, const float* sin, int64_t queries, int64_t kv_heads,
-           float* keys, float* values, int64_t start, int64_t head_stride) {
+           void* cached_keys, void* cached_values, int64_t start, int64_t head_stride) {
+    using Stored = typename Product<D / 8>::Stored;
+    const auto keys = static_cast<Stored*>(cached_keys), values = static_cast<Stored*>(cached_values);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < queries * kv_heads; ++t) {
         const int64_t i = t / kv_heads, h = t % kv_heads, at = h * head_stride + (start + i) * D;
-        rotated<D>(key + t * D, cos + i * D, sin + i * D, keys + at);
-        std::copy(value + t * D, value + (t + 1) * D, values + at);
+        float turned[D];
+        rotated<D>(key + t * D, cos + i * D, sin + i * D, turned);
+        put(turned, keys + at, D);
+        put(value + t * D, values + at, D);
     }
 }
 
@@ -442,9 +460,10 @@ void store(const float* key, const float* value, const float* cos, const float* 
 extern "C" {
 
 // query [batch, heads, queries, dim] contiguous; keys and values [batch, kv_heads, >= count, dim] with
-// positions dim floats apart; out [batch, queries, heads, dim]. Returns 0, or -1 for a dim it lacks.
-int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, int64_t dim, const float* keys,
-           const float* values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
+// positions dim values apart, bfloat16 where `Product` is `Halves` (the build has AVX512-BF16 and dim is a
+// multiple of 32), else float32; out [batch, queries, heads, dim]. Returns 0, or -1 for a dim it lacks.
+int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, int64_t dim, const void* keys,
+           const void* values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
            float scaling, float* out) {
     const Queries at{query, heads * queries * dim, queries * dim, dim, nullptr, nullptr};
     switch (dim) {
@@ -461,7 +480,7 @@ int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, in
 // the key and the value to the cache (keys and values [kv_heads, capacity, dim]) at positions start..,
 // and attends as `attend` does over the start + queries positions; out [queries, heads, dim].
 int attend_projected(const float* query, const float* key, const float* value, const float* cos, const float* sin,
-                     int64_t heads, int64_t queries, int64_t dim, float* keys, float* values, int64_t kv_heads,
+                     int64_t heads, int64_t queries, int64_t dim, void* keys, void* values, int64_t kv_heads,
                      int64_t start, int64_t capacity, float scaling, float* out) {
     const Queries at{query, 0, dim, heads * dim, cos, sin};
     switch (dim) {

@@ -1,9 +1,10 @@
 """Attention: the kernel for CPU inference, and the attention of chosen heads that PLD+(a) reads.
 
-The kernel is registered with transformers as "assistant". The KV cache is kept in float32
-(`kv_cache.preallocated_cache`) whatever the model's dtype; only the few new positions of each step
-are converted. A model's precision (`use`) picks the kernel's build: float32 FMAs, or VDPBF16PS's
-products of bfloat16s summed in float32 where the CPU has AVX512-BF16 (the default there).
+The kernel is registered with transformers as "assistant". A model's precision (`use`) picks the
+kernel's build: float32 FMAs, or VDPBF16PS's products of bfloat16s summed in float32 where the CPU has
+AVX512-BF16 (the default there). The KV cache (`kv_cache.preallocated_cache`) holds what the build reads,
+whatever the model's dtype (`cache_dtype`): float32, or bfloat16 rounded once where it is stored, the bits
+the bfloat16 build would round them to, in half the bytes.
 
 Invariant: a query row's result does not depend on how many queries come with it, nor on how many
 keys lie past the ones it sees, so a verified draft sees the numbers plain decoding would. Steps of
@@ -13,7 +14,7 @@ writes the cache, reading the projections as they come), each row alone over exa
 sees; elsewhere `few_queries`, two matrix products and a softmax over the keys a query sees rounded
 up to a multiple of `KEYS`, read from the cache's buffer past its end (zeros, masked). A prefill's
 rows are computed once, whatever the strategy, so they take the fused kernel (in bfloat16 where the
-CPU has AMX tiles; the cache stays float32). The measurements that chose this: docs/kernels.md.
+CPU has AMX tiles, else float32). The measurements that chose this: docs/kernels.md.
 
 `head_attention` recomputes the attention probabilities of a few (layer, head) pairs for a few
 query positions from their hidden states and the cached keys, without a forward pass: PLD+(a)
@@ -46,14 +47,14 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     sequence's keys [batch, kv_heads, k, dim], in the keys' dtype; returns [batch, q, heads, dim]."""
     queries, keys = query.shape[2], key.shape[2]
     if queries <= FEW and kernel_takes(key, value, kernel_of(module)):
-        out = kernel_queries(query.to(key.dtype), key, value, scaling, kernel_of(module))
+        out = kernel_queries(query.float(), key, value, scaling, kernel_of(module))
     elif queries <= FEW:
         out = few_queries(query.to(key.dtype), key, value, scaling)
     else:
         # Queries after cached positions see all of them: the causal mask is aligned bottom-right.
         mask = None if queries == keys else torch.ones(queries, keys, dtype=torch.bool,
                                                        device=query.device).tril(keys - queries)
-        dtype = PREFILL if key.dtype == torch.float32 and key.device.type == "cpu" else key.dtype
+        dtype = PREFILL if key.device.type == "cpu" else key.dtype
         out = F.scaled_dot_product_attention(query.to(dtype), key.to(dtype), value.to(dtype), attn_mask=mask,
                                              is_causal=mask is None, scale=scaling, enable_gqa=True).transpose(1, 2)
     return out.to(query.dtype), None
@@ -64,13 +65,30 @@ def use(model, precision: str = "auto") -> str:
     the CPU has AVX512-BF16); returns the one its rows take: "bfloat16", "float32", or off the CPU (where
     no kernel runs) the model's dtype."""
     kernel = attention_avx2.kernel(precision)
-    modules = [layer.self_attn for layer in getattr(getattr(model, "model", None), "layers", ())]
-    for module in modules:
+    for module in modules_of(model):
         module.kernel = kernel
     if model.device.type != "cpu":
         return str(model.dtype).removeprefix("torch.")
-    halves = kernel is attention_avx2.BFLOAT16 and all(module.head_dim % 32 == 0 for module in modules)
-    return "bfloat16" if modules and halves and kernel.usable() else "float32"
+    return "bfloat16" if cache_dtype(model) == torch.bfloat16 else "float32"
+
+
+def modules_of(model) -> list:
+    """`model`'s attention modules."""
+    return [layer.self_attn for layer in getattr(getattr(model, "model", None), "layers", ())]
+
+
+def cache_dtype(model) -> torch.dtype:
+    """The dtype of a KV cache that `model`'s attention kernel reads (`stored`): bfloat16 where every layer's
+    rows take the bfloat16 build and it runs here, else float32."""
+    modules = modules_of(model)
+    halves = modules and all(stored(kernel_of(module), module.head_dim) == torch.bfloat16 for module in modules)
+    return torch.bfloat16 if halves and kernel_of(modules[0]).usable() else torch.float32
+
+
+def stored(kernel: Kernel, dim: int) -> torch.dtype:
+    """The dtype `kernel` reads a cache of heads of `dim` values in: bfloat16 in the bfloat16 build where a head
+    is whole chunks of 32 (`attention_avx2.cpp`, `Halves`), else float32."""
+    return torch.bfloat16 if kernel is attention_avx2.BFLOAT16 and dim % 32 == 0 else torch.float32
 
 
 def kernel_of(module) -> Kernel:
@@ -79,16 +97,22 @@ def kernel_of(module) -> Kernel:
 
 
 def kernel_takes(key: torch.Tensor, value: torch.Tensor, kernel: Kernel) -> bool:
-    """Whether `kernel_queries` takes this cache: float32 on a CPU with the kernel, positions side by side."""
-    return (key.device.type == "cpu" and key.dtype == value.dtype == torch.float32 and key.shape[-1] in DIMS
+    """Whether `kernel_queries` takes this cache: on a CPU with the kernel, in the dtype it reads (`stored`),
+    positions side by side."""
+    return (key.device.type == "cpu" and key.dtype == value.dtype == stored(kernel, key.shape[-1])
+            and key.shape[-1] in DIMS
             and key.stride() == value.stride() and key.stride(-1) == 1 and key.stride(-2) == key.shape[-1]
             and kernel.usable())
 
 
 def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
                    kernel: Kernel) -> torch.Tensor:
-    """`few_queries` by `attention_avx2.cpp`, each query row over exactly the keys it sees, computed alone."""
+    """`few_queries` by `attention_avx2.cpp`, each query row over exactly the keys it sees, computed alone:
+    query float32, key and value in the dtype the kernel reads (`stored`)."""
     batch, heads, queries, dim = query.shape
+    if not query.dtype == torch.float32 or not key.dtype == value.dtype == stored(kernel, dim):
+        raise ValueError(f"this kernel takes float32 queries over a {stored(kernel, dim)} cache, not {query.dtype} "
+                         f"over {key.dtype}")
     query = query.contiguous()
     out = query.new_empty(batch, queries, heads, dim)
     if kernel.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
@@ -232,7 +256,7 @@ def head_attention(model, cache, heads_by_layer: dict[int, list[int]], hidden: d
         query, _ = apply_rotary_pos_emb(query, query, cos, sin)
         kv_heads = torch.tensor(heads, device=query.device) // attn.num_key_value_groups
         keys = cache.layers[layer].keys[0, :, :span][kv_heads]  # [heads, keys, head_dim]
-        logits = (query[0].to(keys.dtype) @ keys.transpose(-1, -2)).float() * attn.scaling
+        logits = (query[0].float() @ keys.float().transpose(-1, -2)) * attn.scaling
         rows.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1))
     return torch.cat(rows)
 

@@ -84,11 +84,11 @@ class PreallocatedLayer(DynamicLayer):
 
 
 def preallocated_cache(model, capacity: int) -> DynamicCache:
-    """A cache for `model` that holds up to `capacity` positions without ever reallocating; in float32
-    where the model runs its attention in float32 (see `attention`)."""
+    """A cache for `model` that holds up to `capacity` positions without ever reallocating; under our
+    attention, in the dtype its kernel reads (`attention.cache_dtype`)."""
     cache = DynamicCache(config=model.config.get_text_config())
     ours = model.config._attn_implementation == attention.NAME
-    dtype = torch.float32 if ours else None
+    dtype = attention.cache_dtype(model) if ours else None
     capacity = -(-capacity // attention.KEYS) * attention.KEYS if ours else capacity  # room to read past the end
     # Sliding-window layers keep their own bounded storage; only full-attention layers grow.
     cache.layers = [PreallocatedLayer(capacity, dtype) if type(layer) is DynamicLayer else layer

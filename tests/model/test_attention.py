@@ -1,7 +1,8 @@
 """The engine's CPU attention (float32 KV cache, float32 attention for steps and drafts, bottom-right
 causal mask) computes what transformers' own attention computes, for every shape of forward pass the
 decode loop makes; a prefill's, in bfloat16 on AMX, within bfloat16's rounding; the kernel's bfloat16
-build within the rounding of what it rounds, each row as exact as the float32 build's."""
+build, over a bfloat16 cache, within the rounding of what it rounds, each row as exact as the float32
+build's, its cache written by the kernel as the fallback writes it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_VOCAB, make_tiny_model
 
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
 from assistant.kernels import attention_avx2
 from assistant.model import attention, exactness
-from assistant.model.kv_cache import preallocated_cache
+from assistant.model.kv_cache import PreallocatedLayer, preallocated_cache
 
 
 def logits_per_pass(model, passes: list[list[int]], cache) -> list[torch.Tensor]:
@@ -74,6 +77,12 @@ def on(build):
     return functools.partial(attention.kernel_queries, kernel=build.values[0])
 
 
+def cached(path, dim: int) -> torch.dtype:
+    """The dtype of the cache `path` reads."""
+    kernel = getattr(path, "keywords", {}).get("kernel")
+    return attention.stored(kernel, dim) if kernel else torch.float32
+
+
 @pytest.mark.parametrize("path, heads, kv_heads, dim", [
     *(pytest.param(on(build), *shape, marks=build.marks, id=f"{build.id}-{shape}")
       for build in BUILDS for shape in [*SHAPES, (9, 3, 64)]),  # SmolLM2-135M's: MKL makes its rows unalike
@@ -85,7 +94,7 @@ def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads,
     the positions it sees (a rejected draft's keys, zeros), drafts crossing a multiple of KEYS too."""
     generator = torch.Generator().manual_seed(keys)
     capacity = -(-keys // attention.KEYS) * attention.KEYS  # as preallocated_cache rounds it
-    buffers = [torch.randn(1, kv_heads, capacity, dim, generator=generator) for _ in range(2)]
+    buffers = [torch.randn(1, kv_heads, capacity, dim, generator=generator).to(cached(path, dim)) for _ in range(2)]
     query = torch.randn(1, heads, exactness.FEW, dim, generator=generator)
     for q in (1, 2, 7, 25, exactness.FEW):
         rows = path(query[:, :, :q], *(b[:, :, :keys] for b in buffers), dim ** -0.5)
@@ -93,7 +102,7 @@ def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads,
             seen = keys - q + 1 + i
             other = [b.clone() for b in buffers]
             for b in other:
-                b[:, :, seen:] = torch.randn(b[:, :, seen:].shape, generator=generator)
+                b[:, :, seen:] = torch.randn(b[:, :, seen:].shape, generator=generator).to(b.dtype)
             step = path(query[:, :, i:i + 1], *(b[:, :, :seen] for b in other), dim ** -0.5)
             assert torch.equal(rows[:, i], step[:, 0]), (q, i)
 
@@ -107,13 +116,52 @@ def test_the_kernel_computes_the_products_and_softmax_of_the_fallback(build):
     for heads, kv_heads, dim in SHAPES + [(4, 2, 8), (4, 2, 16), (6, 2, 32)]:  # dims under 4 chunks of 8 too
         key, value = (torch.randn(1, kv_heads, 700, dim, generator=generator) for _ in range(2))
         query = torch.randn(1, heads, 9, dim, generator=generator)
-        got = attention.kernel_queries(query, key, value, dim ** -0.5, build)
-        if build is attention_avx2.BFLOAT16 and dim % 32 == 0:
+        dtype = attention.stored(build, dim)
+        got = attention.kernel_queries(query, key.to(dtype), value.to(dtype), dim ** -0.5, build)
+        if dtype == torch.bfloat16:
             expected = attention.few_queries(halves(query * dim ** -0.5), halves(key), halves(value), 1.0)
             assert not torch.equal(got, attention.few_queries(query, key, value, dim ** -0.5))
             assert torch.allclose(got, expected, atol=4e-3, rtol=0)
         else:
             assert torch.allclose(got, attention.few_queries(query, key, value, dim ** -0.5), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("heads, kv_heads, dim", SHAPES)
+def test_the_kernel_writes_the_cache_as_the_fallback_does(build, heads, kv_heads, dim):
+    """`projected` stores the keys (rotated) and values of a step in the cache's dtype with the bits that
+    transformers' rotation stored by `cache.update` has, and its rows are `kernel_queries`' over that cache."""
+    kernel, dtype = build, attention.stored(build, dim)
+    generator = torch.Generator().manual_seed(dim)
+    before, queries = 300, 9
+    query, key, value = (torch.randn(1, queries, n * dim, generator=generator) for n in (heads, kv_heads, kv_heads))
+    angles = torch.arange(before, before + queries)[:, None] * 10000.0 ** (-torch.arange(0, dim, 2) / dim)
+    cos, sin = torch.cat([angles, angles], -1).cos()[None], torch.cat([angles, angles], -1).sin()[None]
+    past = [torch.randn(1, kv_heads, before, dim, generator=generator) for _ in range(2)]
+    layers = [PreallocatedLayer(attention.KEYS * 2, dtype) for _ in range(2)]
+    for layer in layers:
+        layer.update(*past)
+    out = attention.projected(query, key, value, cos, sin, layers[0], dim ** -0.5, kernel)
+    shape = (1, queries, -1, dim)
+    query, key = apply_rotary_pos_emb(query.view(shape).transpose(1, 2), key.view(shape).transpose(1, 2), cos, sin)
+    keys, values = layers[1].update(key, value.view(shape).transpose(1, 2))
+    assert layers[0].keys.dtype == dtype
+    assert torch.equal(layers[0].keys, keys) and torch.equal(layers[0].values, values)
+    assert torch.equal(out, attention.kernel_queries(query.contiguous(), keys, values, dim ** -0.5, kernel))
+
+
+def test_the_cache_holds_what_the_kernel_reads():
+    """Heads of whole chunks of 32 under the bfloat16 build, where it runs: a bfloat16 cache; else float32."""
+    model = make_tiny_model(seed=5, hidden_size=128, heads=4)
+    halves = attention_avx2.BFLOAT16.usable()
+    assert attention.use(model, "bfloat16") == ("bfloat16" if halves else "float32")
+    assert preallocated_cache(model, 64).layers[0].keys is None  # made at the first update, in that dtype
+    assert attention.cache_dtype(model) == (torch.bfloat16 if halves else torch.float32)
+    attention.use(model, "float32")
+    assert attention.cache_dtype(model) == torch.float32
+    with pytest.raises(ValueError, match="over a torch.float32 cache"):
+        attention.kernel_queries(torch.zeros(1, 4, 1, 32), *(torch.zeros(1, 2, 8, 32, dtype=torch.bfloat16),) * 2,
+                                 1.0, attention_avx2.FLOAT32)
 
 
 def test_a_model_takes_the_precision_it_is_set_to():
