@@ -6,8 +6,9 @@ Invariant: it calls the model's own modules (norms, projections with their biase
 embedding, MLP) in transformers' order, so its logits and hidden states are transformers' bit for
 bit (`tests/model/test_transformer.py`); a model of another family, or on another attention, goes
 through transformers. Where our kernels take them, a layer's q, k and v, and its gate and up, are
-multiplied in one call (`weights.products`), and a step's attention rotates, caches and attends in
-one (`attention.projected`): the same bits. Measurements: docs/kernels.md.
+multiplied in one call (`weights.products`), a step's attention rotates, caches and attends in
+one (`attention.projected`), and a float32 norm is torch's own `rms_norm` (`normed`): the same bits.
+Measurements: docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+
 from assistant.model import attention, side_by_side, tree_attention, weights
 
 FAMILIES = ("llama", "qwen2")
@@ -49,7 +52,7 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
         if hidden:
             states.append(x)
         attn = layer.self_attn
-        h = layer.input_layernorm(x)
+        h = normed(layer.input_layernorm, x)
         q, k, v = weights.products(h, (attn.q_proj, attn.k_proj, attn.v_proj))
         if isinstance(cache, side_by_side.Sequences):
             out = cache.attend(q, k, v, cos, sin, i, attn)
@@ -59,10 +62,19 @@ def forward(model, ids: torch.Tensor, cache, hidden: bool, logits_to_keep: int,
             out = tree_attention.attend(tree, q, k, v, cos, sin, cache, i, attn)
         x = x + attn.o_proj(out.reshape(1, n, -1))
         mlp = layer.mlp
-        gate, up = weights.products(layer.post_attention_layernorm(x), (mlp.gate_proj, mlp.up_proj))
+        gate, up = weights.products(normed(layer.post_attention_layernorm, x), (mlp.gate_proj, mlp.up_proj))
         x = x + mlp.down_proj(mlp.act_fn(gate) * up)
-    x = inner.norm(x)
+    x = normed(inner.norm, x)
     return Output(model.lm_head(x[:, -logits_to_keep:]) if head else None, (*states, x) if hidden else None)
+
+
+def normed(norm, x: torch.Tensor) -> torch.Tensor:
+    """`norm(x)` for an RMS norm (Llama's, Qwen2's): in float32 by torch's `rms_norm`, the operations the module
+    runs (x * rsqrt(mean(x^2) + eps), times the weight) without its call, 12 to 20 us less a norm, 57 norms a
+    step of the 1.5B."""
+    if x.dtype == norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+    return norm(x)
 
 
 def positions(ids: torch.Tensor, cache, tree: tree_attention.Tree | None) -> torch.Tensor:

@@ -45,6 +45,22 @@ def test_logits_and_hidden_states_are_transformers_own(family):
             ours.crop(-1)
 
 
+@pytest.mark.parametrize("family", transformer.FAMILIES)
+@pytest.mark.parametrize("width", [576, 896, 1536])  # SmolLM2-135M's, Qwen2.5-Coder 0.5B's and 1.5B's
+def test_a_norm_is_the_modules_own(family, width):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    generator = torch.Generator().manual_seed(width)
+    norm = (Qwen2RMSNorm if family == "qwen2" else LlamaRMSNorm)(width, eps=1e-6)
+    norm.weight.data = torch.randn(width, generator=generator)
+    with torch.inference_mode():
+        for rows in (1, 2, 7, 16, 64, 65):
+            for scale in (1e-3, 1.0, 300.0):
+                x = torch.randn(1, rows, width, generator=generator) * scale
+                assert torch.equal(transformer.normed(norm, x), norm(x))
+
+
 def test_other_models_go_through_transformers():
     model = tiny("qwen2")
     model.config.use_sliding_window, model.config.sliding_window = True, 16
