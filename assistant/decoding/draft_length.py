@@ -121,8 +121,8 @@ PRIOR = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 3.0, 32: 4.5, 64: 7.5}
 FLAT = {n: 1.0 for n in COST_SIZES}  # where every step is padded to the same rows (`exactness.fixed_shapes`)
 CONTEXT = 256  # tokens before the measured forwards, prefilled in chunks of this many
 CHUNK = 64
-FORWARD = 5  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel,
-# decoder; 4: weights.products, attention.projected; 5: the kernel's bfloat16 build)
+FORWARD = 6  # in the cache key; raised when the forward's speed changes (2: attention.few_queries; 3: its kernel,
+# decoder; 4: weights.products, attention.projected; 5: the kernel's bfloat16 build; 6: its bfloat16 cache)
 
 
 def costs_key(loaded: loading.LoadedModel) -> str:
