@@ -12,14 +12,15 @@
 // AVX2 and FMA: every CPU the project runs on has them (Zen 3 has no AVX512, and AVX512 gives 2 cores
 // of Zen 4 no more FMAs a cycle; on the Xeon it could double a verification's arithmetic: not tried).
 //
-// Built with AVX512-BF16 (`Halves`), a head of whole chunks of 32 values runs in bfloat16 over a bfloat16
-// cache: the keys and values rounded to bfloat16 (to nearest even) once, where they are stored, the scaled
-// query and the probabilities where they are computed, multiplied in pairs by VDPBF16PS into float32 lanes,
-// twice the products a cycle of float32 FMAs on Zen 4, from half the bytes a float32 cache holds. A row's
-// operations are still its own and fixed: its scores by one chain of pairs per key, summed by one tree;
-// its probabilities summed rounded; its values weighed in pairs of keys (an odd count's last pair weighs
-// its second by a zero probability). Rows score the keys in blocks whose queries stay in L1. Otherwise
-// (float32 builds, heads of 8 or 16 values) the cache is float32.
+// Built with AVX512-BF16 (`Halves`), a head of whole chunks of 32 values runs in bfloat16: the keys and
+// values rounded to bfloat16 (to nearest even), the scaled query and the probabilities too, multiplied in
+// pairs by VDPBF16PS into float32 lanes, twice the products a cycle of float32 FMAs on Zen 4. The engine's
+// cache holds them rounded once, where they are stored (half the bytes); a float32 cache (transformers'
+// own, as `hf-pld` runs it) has its keys rounded once for all rows and its values a block at a time, the
+// same bits. A row's operations are still its own and fixed: its scores by one chain of pairs per key,
+// summed by one tree; its probabilities summed rounded; its values weighed in pairs of keys (an odd count's
+// last pair weighs its second by a zero probability). Rows score the keys in blocks whose queries stay in
+// L1. Otherwise (float32 builds, heads of 8 or 16 values) the cache is float32.
 //
 // Loads: rows share what they load. SCORED rows take each chunk of 4 keys once, WEIGHED rows each
 // chunk of a value, held in a register (GCC otherwise folds the one load into every FMA as its memory
@@ -199,6 +200,9 @@ inline void put(const float* x, uint16_t* to, int D) {  // D floats stored as bf
     for (int c = 0; c < D; c += 32) _mm512_storeu_si512(to + c, halves(x + c));
 }
 
+inline __m256i sixteen(const uint16_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
+inline __m256i sixteen(const float* x) { return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x)); }  // rounded as `halves`
+
 inline __m512 dot(__m512 sum, __m512i a, __m512i b) {  // each lane: sum + a's pair of bfloat16s by b's
     return _mm512_dpbf16_ps(sum, (__m512bh)a, (__m512bh)b);
 }
@@ -254,12 +258,14 @@ inline void weigh_halves(const uint32_t* p, int64_t width, const __m512i* pairs,
     }
 }
 
-// A key head's rows over a bfloat16 cache, the queries and probabilities rounded to bfloat16, VDPBF16PS on
-// AVX512's 16 lanes, each pair of products summed in float32. A block's values are paired once for every
-// row; a row's probabilities are rounded where they are computed, in place (bfloat16 j at the row's byte 2j:
+// A key head's rows over a cache of bfloat16s or floats (`Cached`), the queries, keys, probabilities and
+// values in bfloat16, VDPBF16PS on AVX512's 16 lanes, each pair of products summed in float32. A float
+// cache's keys are rounded once for the task; a block's values are paired (and rounded) once for every row;
+// a row's probabilities are rounded where they are computed, in place (bfloat16 j at the row's byte 2j:
 // written after the floats there are read) and summed rounded.
+template <class Cached>
 struct Halves {
-    using Stored = uint16_t;
+    using Stored = Cached;
     struct alignas(64) Chunk {
         __m512i v;
     };
@@ -281,10 +287,29 @@ struct Halves {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
 
+    template <int C>  // the keys in bfloat16: the cache's own, or a float cache's rounded once for the task
+    static const uint16_t* bfloat16_keys(const Rows& at, const Cached* keys) {
+        if constexpr (std::is_same_v<Cached, uint16_t>) {
+            return keys;
+        } else {
+            constexpr int D = C * 8, H = C / 4;
+            const int64_t most = at.most();
+            thread_local std::vector<Chunk> rounded;
+            __m512i* k = chunks(rounded, most * H);
+            for (int64_t j = 0; j < most; ++j) {
+                for (int b = 0; b < D * 4; b += 64)
+                    _mm_prefetch(reinterpret_cast<const char*>(keys + std::min(j + AHEAD, most - 1) * D) + b, _MM_HINT_T1);
+                for (int c = 0; c < H; ++c) k[j * H + c] = halves(keys + j * D + c * 32);
+            }
+            return reinterpret_cast<const uint16_t*>(k);
+        }
+    }
+
     template <int C>  // blocks of rows in L1, each over every key it sees, 4 at a time
-    void score(const Rows& at, const uint16_t* keys) const {
+    void score(const Rows& at, const Cached* cached) const {
         constexpr int D = C * 8, H = C / 4;
         const int64_t most = at.most();
+        const uint16_t* keys = bfloat16_keys<C>(at, cached);
         for (int r0 = 0; r0 < at.count; r0 += ROW_BLOCK) {
             const int r1 = std::min(at.count, r0 + ROW_BLOCK);
             for (int64_t j0 = 0; j0 < at.seen(r1 - 1); j0 += 4) {
@@ -303,14 +328,14 @@ struct Halves {
     }
 
     template <int C>  // keys j0 (even).. j1 - 1 in pairs, an odd count's last pair ending in its last key again
-    void weigh(const Rows& at, const uint16_t* values, int64_t j0, int64_t j1) {
+    void weigh(const Rows& at, const Cached* values, int64_t j0, int64_t j1) {
         constexpr int D = C * 8, S = C / 2;
         for (int64_t j = j0; j < j1; j += 2) {
-            const uint16_t* a = values + j * D;
-            const uint16_t* b = values + std::min(j + 1, j1 - 1) * D;  // weighed by a zero
+            const Cached* a = values + j * D;
+            const Cached* b = values + std::min(j + 1, j1 - 1) * D;  // weighed by a zero
             for (int c = 0; c < S; ++c) {
-                const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + c * 16)));
-                const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c * 16)));
+                const __m512i low = _mm512_cvtepu16_epi32(sixteen(a + c * 16));
+                const __m512i high = _mm512_cvtepu16_epi32(sixteen(b + c * 16));
                 pairs[(j - j0) / 2 * S + c] = _mm512_or_si512(low, _mm512_slli_epi32(high, 16));
             }
         }
@@ -324,12 +349,24 @@ struct Halves {
     }
 };
 
-template <int C>  // bfloat16 where the CPU has VDPBF16PS and a head is whole chunks of 32
-using Product = std::conditional_t<C % 4 == 0, Halves, Float32>;
+template <int C, class Cached>  // bfloat16 where the CPU has VDPBF16PS and a head is whole chunks of 32
+using Product = std::conditional_t<C % 4 == 0, Halves<Cached>, Float32>;
+constexpr bool HALVES = true;
 #else
-template <int C>
+template <int C, class Cached>
 using Product = Float32;
+constexpr bool HALVES = false;
 #endif
+
+// Runs `run` (a template lambda) with the type of a cache of `bytes`-wide values: floats, or bfloat16s where
+// heads of C chunks take them (`Halves`); false for another width.
+template <int C, class Run>
+bool cached_as(int64_t bytes, Run run) {
+    if (bytes == 4) return run.template operator()<float>(), true;
+    if constexpr (HALVES && C % 4 == 0)
+        if (bytes == 2) return run.template operator()<uint16_t>(), true;
+    return false;
+}
 
 inline void put(const float* x, float* to, int D) { std::copy(x, x + D, to); }
 
@@ -397,12 +434,11 @@ inline void rotated(const float* x, const float* cos, const float* sin, float* t
     for (int d = D / 2; d < D; d++) to[d] = x[d] * cos[d] + x[d - D / 2] * sin[d];
 }
 
-template <int C>
+template <int C, class Stored>
 void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const void* cached_keys,
             const void* cached_values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
             float scaling, float* out) {
     constexpr int D = C * 8;
-    using Stored = typename Product<C>::Stored;
     const auto keys = static_cast<const Stored*>(cached_keys), values = static_cast<const Stored*>(cached_values);
     const int group = int(heads / kv_heads);
     // A task is one key head's rows of a run of queries: its keys read once for them all. Runs enough
@@ -432,18 +468,17 @@ void attend(Queries query, int64_t batch, int64_t heads, int64_t queries, const 
             const int64_t at = b * batch_stride + h * head_stride;
             const Rows task{int((i1 - i0) * group), group, count - queries + 1 + i0, width, heads * D, scores.get(),
                             out + ((b * queries + i0) * heads + h * group) * D};
-            rows<C, Product<C>>(q.get(), task, Heads<Stored>{keys + at, values + at});
+            rows<C, Product<C, Stored>>(q.get(), task, Heads<Stored>{keys + at, values + at});
         }
     }
 }
 
 // A decoder layer's new keys and values [queries, kv_heads, dim], the keys rotated, into the cache's
 // positions start.. ([kv_heads, >= start + queries, dim], heads head_stride values apart), in the cache's
-// type (`Product`'s).
-template <int D>
+// type.
+template <int D, class Stored>
 void store(const float* key, const float* value, const float* cos, const float* sin, int64_t queries, int64_t kv_heads,
            void* cached_keys, void* cached_values, int64_t start, int64_t head_stride) {
-    using Stored = typename Product<D / 8>::Stored;
     const auto keys = static_cast<Stored*>(cached_keys), values = static_cast<Stored*>(cached_values);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < queries * kv_heads; ++t) {
@@ -460,15 +495,17 @@ void store(const float* key, const float* value, const float* cos, const float* 
 extern "C" {
 
 // query [batch, heads, queries, dim] contiguous; keys and values [batch, kv_heads, >= count, dim] with
-// positions dim values apart, bfloat16 where `Product` is `Halves` (the build has AVX512-BF16 and dim is a
-// multiple of 32), else float32; out [batch, queries, heads, dim]. Returns 0, or -1 for a dim it lacks.
+// positions dim values apart, of `bytes` each: float32, or bfloat16 where `Halves` takes them (the build has
+// AVX512-BF16 and dim is a multiple of 32); out [batch, queries, heads, dim]. Returns 0, or -1 for a dim or
+// a width it lacks.
 int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, int64_t dim, const void* keys,
            const void* values, int64_t kv_heads, int64_t count, int64_t batch_stride, int64_t head_stride,
-           float scaling, float* out) {
+           float scaling, float* out, int64_t bytes) {
     const Queries at{query, heads * queries * dim, queries * dim, dim, nullptr, nullptr};
     switch (dim) {
-#define DIM(d) case d: attend<d / 8>(at, batch, heads, queries, keys, values, kv_heads, count, batch_stride, \
-                                     head_stride, scaling, out); return 0;
+#define DIM(d) case d: return cached_as<d / 8>(bytes, [&]<class S>() { \
+            attend<d / 8, S>(at, batch, heads, queries, keys, values, kv_heads, count, batch_stride, head_stride, \
+                             scaling, out); }) ? 0 : -1;
         DIM(8) DIM(16) DIM(32) DIM(64) DIM(128) DIM(256)
 #undef DIM
     }
@@ -481,12 +518,13 @@ int attend(const float* query, int64_t batch, int64_t heads, int64_t queries, in
 // and attends as `attend` does over the start + queries positions; out [queries, heads, dim].
 int attend_projected(const float* query, const float* key, const float* value, const float* cos, const float* sin,
                      int64_t heads, int64_t queries, int64_t dim, void* keys, void* values, int64_t kv_heads,
-                     int64_t start, int64_t capacity, float scaling, float* out) {
+                     int64_t start, int64_t capacity, float scaling, float* out, int64_t bytes) {
     const Queries at{query, 0, dim, heads * dim, cos, sin};
     switch (dim) {
-#define DIM(d) case d: store<d>(key, value, cos, sin, queries, kv_heads, keys, values, start, capacity * d); \
-                       attend<d / 8>(at, 1, heads, queries, keys, values, kv_heads, start + queries, 0, capacity * d, \
-                                     scaling, out); return 0;
+#define DIM(d) case d: return cached_as<d / 8>(bytes, [&]<class S>() { \
+            store<d, S>(key, value, cos, sin, queries, kv_heads, keys, values, start, capacity * d); \
+            attend<d / 8, S>(at, 1, heads, queries, keys, values, kv_heads, start + queries, 0, capacity * d, scaling, \
+                             out); }) ? 0 : -1;
         DIM(8) DIM(16) DIM(32) DIM(64) DIM(128) DIM(256)
 #undef DIM
     }

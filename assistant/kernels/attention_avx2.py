@@ -1,9 +1,10 @@
-"""Attention of a few query rows over a float32 KV cache, each row alone over exactly the keys it
-sees (`attention_avx2.cpp`): what `model.attention` runs for decode steps, verifications and prefill
-pieces on a CPU. Two builds of the one source: `FLOAT32`, FMAs on AVX2; `BFLOAT16`, where the CPU has
-AVX512-BF16, the queries, keys, probabilities and values rounded to bfloat16 and multiplied in pairs
-by VDPBF16PS into float32 sums (the precision a bfloat16 model's attention has on a GPU), about twice
-the products a cycle.
+"""Attention of a few query rows over a KV cache, each row alone over exactly the keys it sees
+(`attention_avx2.cpp`): what `model.attention` runs for decode steps, verifications and prefill
+pieces on a CPU. Two builds of the one source: `FLOAT32`, FMAs on AVX2 over a float32 cache; `BFLOAT16`,
+where the CPU has AVX512-BF16, the queries, keys, probabilities and values rounded to bfloat16 and
+multiplied in pairs by VDPBF16PS into float32 sums (the precision a bfloat16 model's attention has on a
+GPU), about twice the products a cycle, over a bfloat16 cache (keys and values rounded once, where they
+are stored) or a float32 one (rounded as they are read: the same bits).
 
 Invariant: a row's result is one fixed sequence of operations whatever the number of queries and
 keys that come with it, so verifying a draft reproduces one-token steps bit for bit.
@@ -19,8 +20,8 @@ DIMS = (8, 16, 32, 64, 128, 256)  # the head sizes the source takes
 PRECISIONS = ("auto", "float32", "bfloat16")
 _p, _i64 = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
-    "attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float, _p], ctypes.c_int),
-    "attend_projected": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float, _p],
+    "attend": ([_p, _i64, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, _i64, ctypes.c_float, _p, _i64], ctypes.c_int),
+    "attend_projected": ([_p, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _i64, _i64, ctypes.c_float, _p, _i64],
                          ctypes.c_int)}
 FLOAT32 = Kernel("attention_avx2.cpp", flags("-mavx2", "-mfma"), {"avx2", "fma"}, _SIGNATURES)
 BFLOAT16 = Kernel("attention_avx2.cpp", flags("-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl",

@@ -86,8 +86,9 @@ def cache_dtype(model) -> torch.dtype:
 
 
 def stored(kernel: Kernel, dim: int) -> torch.dtype:
-    """The dtype `kernel` reads a cache of heads of `dim` values in: bfloat16 in the bfloat16 build where a head
-    is whole chunks of 32 (`attention_avx2.cpp`, `Halves`), else float32."""
+    """The dtype of the cache `kernel` reads best, of heads of `dim` values: bfloat16 in the bfloat16 build where a
+    head is whole chunks of 32 (`attention_avx2.cpp`, `Halves`, which reads a float32 cache too, rounding it),
+    else float32."""
     return torch.bfloat16 if kernel is attention_avx2.BFLOAT16 and dim % 32 == 0 else torch.float32
 
 
@@ -97,9 +98,9 @@ def kernel_of(module) -> Kernel:
 
 
 def kernel_takes(key: torch.Tensor, value: torch.Tensor, kernel: Kernel) -> bool:
-    """Whether `kernel_queries` takes this cache: on a CPU with the kernel, in the dtype it reads (`stored`),
-    positions side by side."""
-    return (key.device.type == "cpu" and key.dtype == value.dtype == stored(kernel, key.shape[-1])
+    """Whether `kernel_queries` takes this cache: on a CPU with the kernel, in float32 or the dtype it reads
+    best (`stored`), positions side by side."""
+    return (key.device.type == "cpu" and key.dtype == value.dtype in (torch.float32, stored(kernel, key.shape[-1]))
             and key.shape[-1] in DIMS
             and key.stride() == value.stride() and key.stride(-1) == 1 and key.stride(-2) == key.shape[-1]
             and kernel.usable())
@@ -108,16 +109,15 @@ def kernel_takes(key: torch.Tensor, value: torch.Tensor, kernel: Kernel) -> bool
 def kernel_queries(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
                    kernel: Kernel) -> torch.Tensor:
     """`few_queries` by `attention_avx2.cpp`, each query row over exactly the keys it sees, computed alone:
-    query float32, key and value in the dtype the kernel reads (`stored`)."""
+    query float32, key and value float32 or in the dtype the kernel reads best (`stored`)."""
     batch, heads, queries, dim = query.shape
-    if not query.dtype == torch.float32 or not key.dtype == value.dtype == stored(kernel, dim):
-        raise ValueError(f"this kernel takes float32 queries over a {stored(kernel, dim)} cache, not {query.dtype} "
-                         f"over {key.dtype}")
     query = query.contiguous()
     out = query.new_empty(batch, queries, heads, dim)
-    if kernel.library().attend(query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(),
-                               key.shape[1], key.shape[2], key.stride(0), key.stride(1), scaling, out.data_ptr()):
-        raise ValueError(f"attention_avx2.cpp takes heads of {', '.join(map(str, DIMS))} values, not {dim}")
+    if query.dtype != torch.float32 or kernel.library().attend(
+            query.data_ptr(), batch, heads, queries, dim, key.data_ptr(), value.data_ptr(), key.shape[1], key.shape[2],
+            key.stride(0), key.stride(1), scaling, out.data_ptr(), key.element_size()):
+        raise ValueError(f"attention_avx2.cpp takes float32 queries over heads of {', '.join(map(str, DIMS))} float32 "
+                         f"values (or {stored(kernel, dim)}), not {query.dtype} over {dim} {key.dtype}")
     return out
 
 
@@ -142,7 +142,7 @@ def projected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: 
     kernel.library().attend_projected(query.data_ptr(), key.data_ptr(), value.data_ptr(), cos.data_ptr(),
                                       sin.data_ptr(), heads, queries, dim, layer.key_buffer.data_ptr(),
                                       layer.value_buffer.data_ptr(), kv_heads, layer.length, layer.capacity, scaling,
-                                      out.data_ptr())
+                                      out.data_ptr(), layer.key_buffer.element_size())
     layer.advance(queries)
     return out
 

@@ -73,19 +73,24 @@ BUILDS = [pytest.param(build, id=name, marks=pytest.mark.skipif(not build.usable
           for name, build in (("float32", attention_avx2.FLOAT32), ("bfloat16", attention_avx2.BFLOAT16))]
 
 
-def on(build):
-    return functools.partial(attention.kernel_queries, kernel=build.values[0])
+def on(build, float32: bool = False):
+    """The kernel's path over the cache it reads best, or over a float32 one (which it rounds as it reads)."""
+    path = functools.partial(attention.kernel_queries, kernel=build.values[0])
+    path.float32 = float32
+    return path
 
 
 def cached(path, dim: int) -> torch.dtype:
     """The dtype of the cache `path` reads."""
     kernel = getattr(path, "keywords", {}).get("kernel")
-    return attention.stored(kernel, dim) if kernel else torch.float32
+    return attention.stored(kernel, dim) if kernel and not path.float32 else torch.float32
 
 
 @pytest.mark.parametrize("path, heads, kv_heads, dim", [
     *(pytest.param(on(build), *shape, marks=build.marks, id=f"{build.id}-{shape}")
       for build in BUILDS for shape in [*SHAPES, (9, 3, 64)]),  # SmolLM2-135M's: MKL makes its rows unalike
+    *(pytest.param(on(BUILDS[1], float32=True), *shape, marks=BUILDS[1].marks, id=f"bfloat16-float32-cache-{shape}")
+      for shape in SHAPES),
     *(pytest.param(attention.few_queries, *shape) for shape in SHAPES)])
 @pytest.mark.parametrize("keys", [70, 256, 300, 1500])
 def test_each_row_of_a_verification_is_its_one_token_step(path, heads, kv_heads, dim, keys):
@@ -118,6 +123,8 @@ def test_the_kernel_computes_the_products_and_softmax_of_the_fallback(build):
         query = torch.randn(1, heads, 9, dim, generator=generator)
         dtype = attention.stored(build, dim)
         got = attention.kernel_queries(query, key.to(dtype), value.to(dtype), dim ** -0.5, build)
+        # a float32 cache (transformers' own, in hf-pld) is rounded as it is read: the same bits
+        assert torch.equal(got, attention.kernel_queries(query, key, value, dim ** -0.5, build))
         if dtype == torch.bfloat16:
             expected = attention.few_queries(halves(query * dim ** -0.5), halves(key), halves(value), 1.0)
             assert not torch.equal(got, attention.few_queries(query, key, value, dim ** -0.5))
@@ -159,7 +166,7 @@ def test_the_cache_holds_what_the_kernel_reads():
     assert attention.cache_dtype(model) == (torch.bfloat16 if halves else torch.float32)
     attention.use(model, "float32")
     assert attention.cache_dtype(model) == torch.float32
-    with pytest.raises(ValueError, match="over a torch.float32 cache"):
+    with pytest.raises(ValueError, match="not torch.float32 over 32 torch.bfloat16"):
         attention.kernel_queries(torch.zeros(1, 4, 1, 32), *(torch.zeros(1, 2, 8, 32, dtype=torch.bfloat16),) * 2,
                                  1.0, attention_avx2.FLOAT32)
 
