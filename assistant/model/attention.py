@@ -44,7 +44,7 @@ PREFILL = torch.bfloat16 if torch.cpu._is_amx_tile_supported() else torch.float3
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask, scaling: float,
               dropout: float = 0.0, **kwargs) -> tuple[torch.Tensor, None]:
     """Causal attention of queries [batch, heads, q, dim] that are the last q positions of one unpadded
-    sequence's keys [batch, kv_heads, k, dim], in the keys' dtype; returns [batch, q, heads, dim]."""
+    sequence's keys [batch, kv_heads, k, dim]; returns [batch, q, heads, dim] in the queries' dtype."""
     queries, keys = query.shape[2], key.shape[2]
     if queries <= FEW and kernel_takes(key, value, kernel_of(module)):
         out = kernel_queries(query.float(), key, value, scaling, kernel_of(module))
